@@ -1,0 +1,10 @@
+//! `fleetbench bench` (being built; see the issue that owns it).
+
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("`fleetbench bench` is not built yet")
+}

@@ -1,0 +1,13 @@
+//! One module per subcommand.
+
+pub mod agents;
+pub mod bench;
+pub mod certs;
+pub mod compare;
+pub mod diff;
+pub mod jobs;
+pub mod probe_p2p;
+pub mod regress;
+pub mod report;
+pub mod run;
+pub mod watch;

@@ -1,0 +1,10 @@
+//! `fleetbench watch` (being built; see the issue that owns it).
+
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("`fleetbench watch` is not built yet")
+}

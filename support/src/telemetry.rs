@@ -1,0 +1,1 @@
+//! Tracing and OpenTelemetry setup (see the observability issue).

@@ -1,0 +1,1 @@
+//! TLS material for mTLS between controller and agents.
