@@ -1,1 +1,3 @@
-//! fleetbench-controller
+//! fleetbench-controller: inventory, scheduler, store, API.
+
+pub mod metrics;
