@@ -4,12 +4,27 @@
 //! - [`EngineKind`]: the built-in kinds (`sglang`, `vllm`, `llamacpp`, `sim`, `generic`).
 //! - [`flags`]: which flags a kind accepts and their types, so a bad value is refused by name.
 //! - [`config_id`]: a config's identity, a hash of its canonical spec.
-//! - log facts, crash classification and metric-name mapping per kind (modules added by the
-//!   engine-knowledge work).
+//! - [`logs`]: facts read from start-up logs (effective server args, KV-cache size, ...).
+//! - [`crash`]: why an engine died (`oom`, `python_exception`, `nccl`, ...), from its exit and
+//!   its log tail.
+//! - [`metrics`]: an engine's Prometheus `/metrics` mapped to common names.
+//! - [`defaults`]: the built-in profile data per kind (program, fixed args, probes, timeouts).
+//!
+//! A pure library: no runtime, no network; callers feed it text.
 
+pub mod crash;
+pub mod defaults;
 pub mod flags;
 mod identity;
 mod kind;
+pub mod logs;
+// pub mod metrics;
+// pub mod prom;
+pub mod pyrepr;
 
+pub use crash::{Crash, CrashClass, ExitInfo, classify};
+pub use defaults::{KindDefaults, defaults};
 pub use identity::config_id;
 pub use kind::{EngineKind, UnknownKind};
+pub use logs::{LogFact, LogParser, parser};
+// pub use metrics::{EngineMetricsData, Series, map_metrics, rate};

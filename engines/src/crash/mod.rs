@@ -1,0 +1,269 @@
+//! Why an engine died: a class (`oom`, `nan`, `python_exception`, ...), the exception and its
+//! last frames where there is a Python traceback, and a one-line summary for humans.
+//!
+//! Evidence in the log beats the manner of death: an engine that printed a CUDA OOM traceback
+//! and was then killed by its own launcher is `oom`, not `killed_by_signal`. Among log evidence
+//! the most specific cause wins (OOM before NCCL before CUDA before NaN before a port clash
+//! before a plain Python exception), because the specific one is what a user acts on.
+
+mod patterns;
+mod traceback;
+
+pub use traceback::{Traceback, parse_tracebacks};
+
+use crate::EngineKind;
+use crate::logs::strip_prefix;
+
+/// How the engine process ended (or why the agent gave up on it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// It did not become ready before the start deadline.
+    pub startup_timed_out: bool,
+    /// It is (or was) alive but failed its health probe.
+    pub unhealthy: bool,
+    /// The port was already taken before the engine started.
+    pub port_in_use_before_start: bool,
+}
+
+/// The class of a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrashClass {
+    /// Out of (GPU) memory.
+    Oom,
+    /// NaN/Inf detected in logits or activations.
+    Nan,
+    /// A Python exception with a traceback, of no more specific class.
+    PythonException,
+    /// A CUDA runtime/driver error (illegal address, device-side assert, ...).
+    CudaError,
+    /// An NCCL error or a collective watchdog timeout.
+    Nccl,
+    /// The HTTP port was already in use.
+    PortInUse,
+    /// Not ready before the start deadline.
+    StartupTimeout,
+    /// Ended by a signal, no other evidence.
+    KilledBySignal,
+    /// Exited with a code, no other evidence.
+    ExitCode,
+    /// Alive but failing its health probe, no other evidence.
+    Unhealthy,
+}
+
+impl CrashClass {
+    pub const ALL: [CrashClass; 10] = [
+        CrashClass::Oom,
+        CrashClass::Nan,
+        CrashClass::PythonException,
+        CrashClass::CudaError,
+        CrashClass::Nccl,
+        CrashClass::PortInUse,
+        CrashClass::StartupTimeout,
+        CrashClass::KilledBySignal,
+        CrashClass::ExitCode,
+        CrashClass::Unhealthy,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CrashClass::Oom => "oom",
+            CrashClass::Nan => "nan",
+            CrashClass::PythonException => "python_exception",
+            CrashClass::CudaError => "cuda_error",
+            CrashClass::Nccl => "nccl",
+            CrashClass::PortInUse => "port_in_use",
+            CrashClass::StartupTimeout => "startup_timeout",
+            CrashClass::KilledBySignal => "killed_by_signal",
+            CrashClass::ExitCode => "exit_code",
+            CrashClass::Unhealthy => "unhealthy",
+        }
+    }
+
+    /// The class named `s` (`as_str` form).
+    pub fn parse(s: &str) -> Option<CrashClass> {
+        CrashClass::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for CrashClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A classified crash.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Crash {
+    pub class: CrashClass,
+    /// The Python exception type (`torch.OutOfMemoryError`), or the engine's error kind for
+    /// non-Python engines (`llama.cpp: failed to load model`); empty when unknown.
+    pub exception_type: String,
+    /// The exception message or the log line that gave the evidence.
+    pub message: String,
+    /// The last frames of the traceback, innermost last: `path/file.py:123 in func: code`.
+    pub frames: Vec<String>,
+    /// One line for humans.
+    pub summary: String,
+}
+
+/// How many frames a [`Crash`] keeps.
+pub const MAX_FRAMES: usize = 6;
+
+/// Classifies an engine's end from how it exited and the tail of its log (raw lines, logger
+/// prefixes and all).
+pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash {
+    let lines: Vec<String> = log_tail
+        .iter()
+        .map(|l| strip_prefix(l).message.into_owned())
+        .collect();
+    let tracebacks = parse_tracebacks(&lines);
+    let evidence = patterns::find_evidence(kind, &lines);
+
+    let (class, exc, message, frames) = if exit.port_in_use_before_start {
+        let msg = evidence
+            .iter()
+            .find(|e| e.class == CrashClass::PortInUse)
+            .map(|e| e.line.clone())
+            .unwrap_or_else(|| "the port was in use before the engine started".to_string());
+        (CrashClass::PortInUse, String::new(), msg, Vec::new())
+    } else if let Some(ev) = patterns::strongest(&evidence).filter(|ev| {
+        // NCCL errors after another rank's Python error are its fallout, not its cause.
+        ev.class != CrashClass::Nccl
+            || !traceback::primary(&tracebacks).is_some_and(|t| {
+                t.end < ev.index
+                    && !evidence
+                        .iter()
+                        .any(|e| e.class == CrashClass::Nccl && t.contains_line(e.index))
+            })
+    }) {
+        // The traceback that carries the evidence, else the primary one.
+        let tb = tracebacks
+            .iter()
+            .find(|t| t.contains_line(ev.index))
+            .or_else(|| traceback::primary(&tracebacks));
+        match (ev.class, tb) {
+            (CrashClass::PortInUse | CrashClass::ExitCode, _) if ev.engine_error.is_some() => (
+                ev.class,
+                ev.engine_error.clone().unwrap_or_default(),
+                ev.line.clone(),
+                Vec::new(),
+            ),
+            (class, Some(tb)) => (class, tb.exception.clone(), tb.message.clone(), last_frames(tb)),
+            (class, None) => (
+                class,
+                ev.engine_error.clone().unwrap_or_default(),
+                ev.line.clone(),
+                Vec::new(),
+            ),
+        }
+    } else if let Some(tb) = traceback::primary(&tracebacks) {
+        (
+            CrashClass::PythonException,
+            tb.exception.clone(),
+            tb.message.clone(),
+            last_frames(tb),
+        )
+    } else {
+        let class = if exit.startup_timed_out {
+            CrashClass::StartupTimeout
+        } else if exit.unhealthy && exit.code.is_none() && exit.signal.is_none() {
+            CrashClass::Unhealthy
+        } else if exit.signal.is_some() {
+            CrashClass::KilledBySignal
+        } else if exit.code.is_some() {
+            CrashClass::ExitCode
+        } else if exit.unhealthy {
+            CrashClass::Unhealthy
+        } else {
+            CrashClass::ExitCode
+        };
+        let msg = patterns::last_error_line(&lines).unwrap_or_default();
+        (class, String::new(), msg, Vec::new())
+    };
+
+    let summary = summarize(class, &exc, &message, &frames, exit);
+    Crash {
+        class,
+        exception_type: exc,
+        message,
+        frames,
+        summary,
+    }
+}
+
+fn last_frames(tb: &Traceback) -> Vec<String> {
+    let n = tb.frames.len().saturating_sub(MAX_FRAMES);
+    tb.frames[n..].to_vec()
+}
+
+fn summarize(
+    class: CrashClass,
+    exc: &str,
+    message: &str,
+    frames: &[String],
+    exit: &ExitInfo,
+) -> String {
+    let mut s = class.as_str().to_string();
+    let what = match (exc.is_empty(), message.is_empty()) {
+        (false, false) => format!("{exc}: {message}"),
+        (false, true) => exc.to_string(),
+        (true, false) => message.to_string(),
+        (true, true) => String::new(),
+    };
+    if !what.is_empty() {
+        s.push_str(": ");
+        s.push_str(&truncate(&what, 200));
+    }
+    if let Some(f) = frames.last() {
+        let at = f.split(": ").next().unwrap_or(f);
+        s.push_str(&format!(" (at {at})"));
+    }
+    let how = match (exit.signal, exit.code) {
+        (Some(sig), _) => format!("killed by {}", signal_name(sig)),
+        (None, Some(code)) => format!("exit code {code}"),
+        (None, None) if exit.startup_timed_out => "not ready before the start deadline".into(),
+        (None, None) if exit.unhealthy => "failing its health check".into(),
+        (None, None) => String::new(),
+    };
+    if !how.is_empty() {
+        s.push_str("; ");
+        s.push_str(&how);
+    }
+    s
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut t: String = s.chars().take(max).collect();
+    t.push('…');
+    t
+}
+
+/// `SIGKILL (9)` for well-known signals, `signal 42` otherwise.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} ({sig})")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! Log evidence for each crash class, per engine.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::CrashClass;
+use crate::EngineKind;
+
+/// A log line that points at a cause.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Evidence {
+    pub class: CrashClass,
+    /// Index of the line in the tail.
+    pub index: usize,
+    pub line: String,
+    /// For errors of engines without Python tracebacks: the kind of error.
+    pub engine_error: Option<String>,
+}
+
+static NAN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"\bnan\b.*\b(detected|logits?|found|encountered|values?)\b|\b(detected|found|encountered|contains?)\b.*\bnan\b",
+    )
+    .expect("valid regex")
+});
+
+static USAGE_ERROR: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[\w.\-/ ]+: error: (.+)$").expect("valid regex"));
+
+/// Rank of a class among log evidence: lower wins.
+fn rank(c: CrashClass) -> u8 {
+    match c {
+        CrashClass::Oom => 0,
+        CrashClass::Nccl => 1,
+        CrashClass::CudaError => 2,
+        CrashClass::Nan => 3,
+        CrashClass::PortInUse => 4,
+        _ => 5,
+    }
+}
+
+fn is_oom(l: &str) -> bool {
+    l.contains("OutOfMemoryError")
+        || l.contains("CUDA out of memory")
+        || l.contains("HIP out of memory")
+        || l.contains("CUDA error: out of memory")
+        || l.contains("cudaErrorMemoryAllocation")
+        || l.contains("Not enough memory. Please try to increase --mem-fraction-static")
+        || l.contains("not enough GPU memory")
+        || l.contains("cudaMalloc failed: out of memory")
+}
+
+fn is_nccl(l: &str) -> bool {
+    l.contains("NCCL error")
+        || l.contains("NCCL WARN")
+        || l.contains("ncclInternalError")
+        || l.contains("ncclUnhandledCudaError")
+        || l.contains("ncclSystemError")
+        || l.contains("ncclInvalidUsage")
+        || l.contains("ncclRemoteError")
+        || l.contains("Watchdog caught collective operation timeout")
+        || l.contains("NCCL communicator was aborted")
+        || (l.contains("ProcessGroupNCCL") && (l.contains("timeout") || l.contains("Timeout")))
+        || l.contains("DistBackendError")
+}
+
+fn is_cuda(l: &str) -> bool {
+    l.contains("CUDA error:")
+        || l.contains("cudaError")
+        || l.contains("illegal memory access")
+        || l.contains("device-side assert triggered")
+        || l.contains("CUBLAS_STATUS_")
+        || l.contains("CUDNN_STATUS_")
+        || l.contains("CUDA driver error")
+        || l.contains("an illegal instruction was encountered")
+}
+
+fn is_port_in_use(l: &str) -> bool {
+    l.contains("Address already in use")
+        || l.contains("[Errno 98]")
+        || l.contains("couldn't bind HTTP server socket")
+        || l.contains("address already in use")
+}
+
+/// Lines that dump configuration: they mention every keyword and prove nothing.
+fn is_config_dump(l: &str) -> bool {
+    l.starts_with("server_args=") || l.starts_with("non-default args:")
+}
+
+/// Every line of `lines` that points at a cause.
+pub(super) fn find_evidence(kind: EngineKind, lines: &[String]) -> Vec<Evidence> {
+    let mut out = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        let l = line.trim();
+        if l.is_empty() || is_config_dump(l) {
+            continue;
+        }
+        let mut engine_error = None;
+        let class = if is_oom(l) {
+            Some(CrashClass::Oom)
+        } else if is_nccl(l) {
+            Some(CrashClass::Nccl)
+        } else if is_cuda(l) {
+            Some(CrashClass::CudaError)
+        } else if NAN.is_match(&l.to_ascii_lowercase()) {
+            Some(CrashClass::Nan)
+        } else if is_port_in_use(l) {
+            if l.contains("couldn't bind") {
+                engine_error = Some("llama.cpp: couldn't bind".to_string());
+            }
+            Some(CrashClass::PortInUse)
+        } else if let Some(e) = engine_error_kind(kind, l) {
+            engine_error = Some(e);
+            Some(CrashClass::ExitCode)
+        } else {
+            None
+        };
+        if let Some(class) = class {
+            out.push(Evidence {
+                class,
+                index,
+                line: l.to_string(),
+                engine_error,
+            });
+        }
+    }
+    out
+}
+
+/// Errors that end an engine without a traceback: llama.cpp's own messages and argparse's
+/// usage errors.
+fn engine_error_kind(kind: EngineKind, l: &str) -> Option<String> {
+    if matches!(kind, EngineKind::Llamacpp | EngineKind::Generic) {
+        if l.starts_with("error while handling argument") || l.starts_with("error: invalid argument")
+        {
+            return Some("llama.cpp: invalid argument".to_string());
+        }
+        if l.contains("failed to load model") || l.contains("exiting due to model loading error") {
+            return Some("llama.cpp: failed to load model".to_string());
+        }
+    }
+    if USAGE_ERROR.is_match(l) && !l.starts_with("Traceback") {
+        return Some("usage error".to_string());
+    }
+    None
+}
+
+/// The evidence that decides the class: the best-ranked class, its first line. For NCCL, a
+/// non-NCCL traceback printed earlier is the cause (the other ranks then time out in their
+/// collectives), so NCCL evidence after a Python error does not count.
+pub(super) fn strongest(ev: &[Evidence]) -> Option<&Evidence> {
+    let best = ev.iter().map(|e| rank(e.class)).min()?;
+    ev.iter().find(|e| rank(e.class) == best)
+}
+
+/// The last line that mentions an error, else the last non-empty line: the best one-line
+/// hint when nothing else is known.
+pub(super) fn last_error_line(lines: &[String]) -> Option<String> {
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.to_ascii_lowercase().contains("error"))
+        .or_else(|| lines.iter().rev().find(|l| !l.trim().is_empty()))
+        .map(|l| l.trim().to_string())
+}

@@ -1,0 +1,85 @@
+use super::*;
+
+fn lines(s: &str) -> Vec<String> {
+    s.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn signal_without_evidence_is_killed_by_signal() {
+    let exit = ExitInfo {
+        signal: Some(9),
+        ..Default::default()
+    };
+    let c = classify(EngineKind::Sglang, &exit, &lines("[2026-01-01 00:00:00] loading"));
+    assert_eq!(c.class, CrashClass::KilledBySignal);
+    assert!(c.summary.contains("SIGKILL (9)"), "{}", c.summary);
+}
+
+#[test]
+fn exit_code_and_timeouts_without_evidence() {
+    let exit = ExitInfo {
+        code: Some(3),
+        ..Default::default()
+    };
+    let c = classify(EngineKind::Generic, &exit, &lines("bye"));
+    assert_eq!(c.class, CrashClass::ExitCode);
+    assert_eq!(c.summary, "exit_code: bye; exit code 3");
+    let exit = ExitInfo {
+        startup_timed_out: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        classify(EngineKind::Vllm, &exit, &[]).class,
+        CrashClass::StartupTimeout
+    );
+    let exit = ExitInfo {
+        unhealthy: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        classify(EngineKind::Sim, &exit, &[]).class,
+        CrashClass::Unhealthy
+    );
+}
+
+#[test]
+fn port_in_use_before_start_wins() {
+    let exit = ExitInfo {
+        code: Some(1),
+        port_in_use_before_start: true,
+        ..Default::default()
+    };
+    let c = classify(EngineKind::Sglang, &exit, &[]);
+    assert_eq!(c.class, CrashClass::PortInUse);
+}
+
+#[test]
+fn nan_needs_a_detection_word_and_ignores_config_dumps() {
+    let exit = ExitInfo {
+        code: Some(1),
+        ..Default::default()
+    };
+    let c = classify(
+        EngineKind::Sglang,
+        &exit,
+        &lines("server_args={'enable_nan_detection': True, 'x': 'nan detected'}\nbye"),
+    );
+    assert_eq!(c.class, CrashClass::ExitCode);
+    let c = classify(
+        EngineKind::Sglang,
+        &exit,
+        &lines("[2026-01-01 00:00:00 TP0] NaN detected! sampler: next_token_logits"),
+    );
+    assert_eq!(c.class, CrashClass::Nan);
+}
+
+#[test]
+fn class_names_round_trip() {
+    for c in CrashClass::ALL {
+        assert_eq!(CrashClass::parse(c.as_str()), Some(c));
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            format!("\"{}\"", c.as_str())
+        );
+    }
+}

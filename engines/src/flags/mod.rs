@@ -1,0 +1,147 @@
+//! Flag rules: which flags a kind accepts and what values they take.
+//!
+//! The agent refuses a flag its profile does not allow (INVALID_ARGUMENT naming it); the
+//! controller checks job specs against the same rules so a typo is caught before any engine
+//! restarts. The tables per kind are filled in by the engine-knowledge work.
+
+use serde::{Deserialize, Serialize};
+
+/// The type of a flag's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FlagType {
+    /// A switch with no value (`--disable-cuda-graph`).
+    Switch,
+    /// An integer, optionally bounded.
+    Int { min: Option<i64>, max: Option<i64> },
+    /// A floating-point number, optionally bounded.
+    Float { min: Option<f64>, max: Option<f64> },
+    /// One of a fixed set of strings.
+    Choice { values: Vec<String> },
+    /// Any string.
+    String,
+}
+
+/// One flag a caller may set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlagRule {
+    pub name: String,
+    #[serde(flatten)]
+    pub ty: FlagType,
+}
+
+/// Why a flag was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FlagError {
+    /// The flag is not in the allowed set.
+    #[error("flag {flag:?} is not allowed (allowed: {allowed})")]
+    NotAllowed { flag: String, allowed: String },
+    /// The value does not fit the flag's type.
+    #[error("flag {flag:?}: expected {expected}, got {got:?}")]
+    BadValue {
+        flag: String,
+        expected: String,
+        got: String,
+    },
+}
+
+mod tables;
+
+pub use tables::{builtin_rules, canonical_flag};
+
+use crate::EngineKind;
+
+impl FlagRule {
+    /// A rule for `name` with type `ty`.
+    pub fn new(name: impl Into<String>, ty: FlagType) -> Self {
+        FlagRule {
+            name: name.into(),
+            ty,
+        }
+    }
+}
+
+impl FlagType {
+    /// How the type reads in an error message ("an integer >= 1", "one of a, b").
+    pub fn expected(&self) -> String {
+        match self {
+            FlagType::Switch => "no value (the flag is a switch)".to_string(),
+            FlagType::Int { min, max } => format!("an integer{}", bounds(min, max)),
+            FlagType::Float { min, max } => format!("a number{}", bounds(min, max)),
+            FlagType::Choice { values } => format!("one of {}", values.join(", ")),
+            FlagType::String => "a value".to_string(),
+        }
+    }
+
+    /// Whether `value` fits this type (`None` = the flag was given without a value).
+    fn accepts(&self, value: Option<&str>) -> bool {
+        match (self, value) {
+            (FlagType::Switch, v) => v.is_none(),
+            (_, None) => false,
+            (FlagType::Int { min, max }, Some(v)) => v
+                .trim()
+                .parse::<i64>()
+                .is_ok_and(|n| min.is_none_or(|m| n >= m) && max.is_none_or(|m| n <= m)),
+            (FlagType::Float { min, max }, Some(v)) => v.trim().parse::<f64>().is_ok_and(|x| {
+                x.is_finite() && min.is_none_or(|m| x >= m) && max.is_none_or(|m| x <= m)
+            }),
+            (FlagType::Choice { values }, Some(v)) => values.iter().any(|c| c == v),
+            (FlagType::String, Some(v)) => !v.is_empty(),
+        }
+    }
+}
+
+fn bounds<T: std::fmt::Display>(min: &Option<T>, max: &Option<T>) -> String {
+    match (min, max) {
+        (Some(a), Some(b)) => format!(" between {a} and {b}"),
+        (Some(a), None) => format!(" >= {a}"),
+        (None, Some(b)) => format!(" <= {b}"),
+        (None, None) => String::new(),
+    }
+}
+
+/// Checks one flag against `rules`: the flag must be listed and its value must fit its type.
+/// `value` is `None` for a flag given without a value (a switch).
+///
+/// The error names the flag and says what was expected, e.g.
+/// `flag "--max-running-requests": expected an integer >= 1, got "lots"`.
+pub fn check_flag(rules: &[FlagRule], name: &str, value: Option<&str>) -> Result<(), FlagError> {
+    let Some(rule) = rules.iter().find(|r| r.name == name) else {
+        let mut names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        return Err(FlagError::NotAllowed {
+            flag: name.to_string(),
+            allowed: if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            },
+        });
+    };
+    if rule.ty.accepts(value) {
+        return Ok(());
+    }
+    let expected = match (&rule.ty, value) {
+        (FlagType::Switch, _) => rule.ty.expected(),
+        (ty, None) => format!("{} (the flag needs a value)", ty.expected()),
+        (ty, Some(_)) => ty.expected(),
+    };
+    Err(FlagError::BadValue {
+        flag: name.to_string(),
+        expected,
+        got: value.unwrap_or_default().to_string(),
+    })
+}
+
+/// Checks a whole flag set against the built-in rules of `kind`, stopping at the first error.
+/// `generic` has no built-in rules: every flag is refused (its profile must list them).
+pub fn check_flags(kind: EngineKind, flags: &[(String, Option<String>)]) -> Result<(), FlagError> {
+    let rules = builtin_rules(kind);
+    flags
+        .iter()
+        .try_for_each(|(n, v)| check_flag(&rules, n, v.as_deref()))
+}
+
+#[cfg(test)]
+mod tests;

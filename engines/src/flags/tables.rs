@@ -1,0 +1,368 @@
+//! The built-in flag tables. Names and choices come from the engines' own argument parsers
+//! (sglang 0.5.9 `server_args.py` and 0.5.23 `arg_groups/`, vllm 0.33 `arg_utils.py`,
+//! `llama-server --help` of the packaged build). Where a choice list changed between versions,
+//! the union is allowed: refusing a value one supported version accepts would block a real
+//! experiment, while the engine itself still rejects a value its version lacks.
+
+use super::{FlagRule, FlagType};
+use crate::EngineKind;
+
+/// One row: the flag's names (canonical first, then aliases) and its type.
+type Row = (&'static [&'static str], FlagType);
+
+fn int(min: i64) -> FlagType {
+    FlagType::Int {
+        min: Some(min),
+        max: None,
+    }
+}
+
+fn any_int() -> FlagType {
+    FlagType::Int {
+        min: None,
+        max: None,
+    }
+}
+
+fn float(min: f64, max: Option<f64>) -> FlagType {
+    FlagType::Float {
+        min: Some(min),
+        max,
+    }
+}
+
+fn choice(values: &[&str]) -> FlagType {
+    FlagType::Choice {
+        values: values.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
+const SW: FlagType = FlagType::Switch;
+const STR: FlagType = FlagType::String;
+
+/// SGLang `--moe-runner-backend` choices, 0.5.9 and 0.5.23 together.
+pub const SGLANG_MOE_RUNNER_BACKENDS: &[&str] = &[
+    "auto",
+    "deep_gemm",
+    "triton",
+    "triton_kernel",
+    "flashinfer_trtllm",
+    "experimental_sgl_trtllm",
+    "flashinfer_trtllm_routed",
+    "flashinfer_cutlass",
+    "flashinfer_mxfp4",
+    "flashinfer_cutedsl",
+    "flashinfer_megamoe",
+    "cutlass",
+    "aiter",
+    "marlin",
+    "humming",
+    "experimental_sgl_marlin",
+    "lora_cutedsl",
+    "lora_triton",
+    "lora_marlin",
+    "hpc_ops",
+    "megamoe",
+    "intel_xpu",
+];
+
+/// SGLang attention backends, 0.5.9 and 0.5.23 together.
+pub const SGLANG_ATTENTION_BACKENDS: &[&str] = &[
+    "triton",
+    "torch_native",
+    "flex_attention",
+    "dsa",
+    "nsa",
+    "qsa",
+    "dsv4",
+    "compressed",
+    "cutlass_mla",
+    "fa3",
+    "fa4",
+    "flashinfer",
+    "llada2_cfg_flashinfer",
+    "flashmla",
+    "trtllm_mla",
+    "cutedsl_mla",
+    "tokenspeed_mla",
+    "trtllm_mha",
+    "hpc_ops",
+    "dual_chunk_flash_attn",
+    "minicpm_flashattn",
+    "minicpm_flashinfer",
+    "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
+];
+
+const SGLANG_KV_CACHE_DTYPES: &[&str] = &[
+    "auto",
+    "fp8_e5m2",
+    "fp8_e4m3",
+    "mxfp8",
+    "bf16",
+    "bfloat16",
+    "nvfp4",
+    "fp4_mx_block16",
+    "fp4_e2m1",
+];
+
+const SGLANG_SCHEDULE_POLICIES: &[&str] = &[
+    "lpm",
+    "random",
+    "fcfs",
+    "dfs-weight",
+    "lof",
+    "priority",
+    "routing-key",
+    "hrrn",
+    "shortest-prefill-first",
+];
+
+const DTYPES: &[&str] = &["auto", "half", "float16", "bfloat16", "float", "float32"];
+
+fn sglang_rows() -> Vec<Row> {
+    vec![
+        (&["--tp-size", "--tensor-parallel-size"], int(1)),
+        (&["--dp-size", "--data-parallel-size"], int(1)),
+        (&["--ep-size", "--expert-parallel-size", "--ep"], int(1)),
+        (&["--pp-size", "--pipeline-parallel-size"], int(1)),
+        (&["--attn-dp-size"], int(1)),
+        (&["--enable-dp-attention"], SW),
+        (&["--max-running-requests"], int(1)),
+        (&["--max-queued-requests"], int(1)),
+        (&["--mem-fraction-static"], float(0.0, Some(1.0))),
+        (&["--disable-cuda-graph"], SW),
+        (&["--disable-cuda-graph-padding"], SW),
+        (&["--cuda-graph-max-bs"], int(1)),
+        (&["--cuda-graph-max-bs-decode"], int(1)),
+        (&["--cuda-graph-max-bs-prefill"], int(1)),
+        (
+            &["--cuda-graph-backend-decode"],
+            choice(&["full", "breakable", "disabled"]),
+        ),
+        (
+            &["--cuda-graph-backend-prefill"],
+            choice(&["full", "breakable", "disabled"]),
+        ),
+        (&["--cuda-graph-config"], STR),
+        (&["--moe-runner-backend"], choice(SGLANG_MOE_RUNNER_BACKENDS)),
+        (
+            &["--moe-a2a-backend"],
+            choice(&[
+                "none",
+                "deepep",
+                "mooncake",
+                "mori",
+                "nixl",
+                "ascend_fuseep",
+                "flashinfer",
+            ]),
+        ),
+        (&["--attention-backend"], choice(SGLANG_ATTENTION_BACKENDS)),
+        (
+            &["--prefill-attention-backend"],
+            choice(SGLANG_ATTENTION_BACKENDS),
+        ),
+        (
+            &["--decode-attention-backend"],
+            choice(SGLANG_ATTENTION_BACKENDS),
+        ),
+        (&["--chunked-prefill-size"], int(-1)),
+        (&["--max-prefill-tokens"], int(1)),
+        (&["--kv-cache-dtype"], choice(SGLANG_KV_CACHE_DTYPES)),
+        (&["--max-total-tokens"], int(1)),
+        (&["--context-length"], int(1)),
+        (&["--schedule-policy"], choice(SGLANG_SCHEDULE_POLICIES)),
+        (&["--schedule-conservativeness"], float(0.0, None)),
+        (&["--page-size"], int(1)),
+        (&["--stream-interval"], int(1)),
+        (&["--num-continuous-decode-steps"], int(1)),
+        (&["--enable-metrics"], SW),
+        (&["--enable-torch-compile"], SW),
+        (&["--torch-compile-max-bs"], int(1)),
+        (&["--disable-radix-cache"], SW),
+        (&["--enable-mixed-chunk"], SW),
+        (&["--disable-overlap-schedule"], SW),
+        (&["--enable-nan-detection"], SW),
+        (
+            &["--sampling-backend"],
+            choice(&["flashinfer", "pytorch", "ascend", "intel_xpu"]),
+        ),
+        (
+            &["--grammar-backend"],
+            choice(&["xgrammar", "outlines", "llguidance", "none"]),
+        ),
+        (&["--dtype"], choice(DTYPES)),
+        (&["--quantization"], STR),
+        (&["--trust-remote-code"], SW),
+        (&["--served-model-name"], STR),
+        (&["--random-seed"], any_int()),
+        (&["--watchdog-timeout"], float(0.0, None)),
+        (&["--stream-response-default-include-usage"], SW),
+        (
+            &["--log-level"],
+            choice(&["debug", "info", "warning", "error", "critical"]),
+        ),
+        (&["--speculative-algorithm"], STR),
+        (&["--speculative-num-steps"], int(1)),
+        (&["--speculative-eagle-topk"], int(1)),
+        (&["--speculative-num-draft-tokens"], int(1)),
+    ]
+}
+
+fn sim_own_rows() -> Vec<Row> {
+    vec![
+        (&["--ttft-ms"], float(0.0, None)),
+        (&["--itl-ms"], float(0.0, None)),
+        (&["--stream-writes"], choice(&["per-token", "coalesced"])),
+        (&["--startup-delay-s"], float(0.0, None)),
+        (&["--time-scale"], float(0.0, None)),
+        (&["--seed"], int(0)),
+        (&["--jitter"], float(0.0, None)),
+        (&["--slowdown"], float(0.0, None)),
+        (&["--gpu-memory-gb"], float(0.0, None)),
+        (&["--crash-above-batch"], int(1)),
+        (&["--crash-backend"], STR),
+        (
+            &["--fault"],
+            choice(&["nan", "oom-at-start", "hang-after-requests", "slow-start"]),
+        ),
+        (&["--hang-after-requests"], int(0)),
+    ]
+}
+
+fn vllm_rows() -> Vec<Row> {
+    vec![
+        (&["--tensor-parallel-size", "-tp"], int(1)),
+        (&["--data-parallel-size", "-dp"], int(1)),
+        (&["--pipeline-parallel-size", "-pp"], int(1)),
+        (&["--enable-expert-parallel"], SW),
+        (&["--enforce-eager"], SW),
+        (&["--gpu-memory-utilization"], float(0.0, Some(1.0))),
+        (&["--max-num-seqs"], int(1)),
+        (&["--max-num-batched-tokens"], int(1)),
+        (&["--max-model-len"], int(1)),
+        (
+            &["--kv-cache-dtype"],
+            choice(&[
+                "auto",
+                "float16",
+                "bfloat16",
+                "fp8",
+                "fp8_e4m3",
+                "fp8_e5m2",
+                "fp8_inc",
+                "fp8_ds_mla",
+                "nvfp4_ds_mla",
+                "turboquant_k8v4",
+                "turboquant_4bit_nc",
+                "turboquant_k3v4_nc",
+            ]),
+        ),
+        (&["--block-size"], int(1)),
+        (&["--enable-prefix-caching"], SW),
+        (&["--no-enable-prefix-caching"], SW),
+        (&["--enable-chunked-prefill"], SW),
+        (&["--no-enable-chunked-prefill"], SW),
+        (&["--long-prefill-token-threshold"], int(0)),
+        (&["--max-num-partial-prefills"], int(1)),
+        (&["--async-scheduling"], SW),
+        (&["--scheduling-policy"], choice(&["fcfs", "priority"])),
+        (&["--dtype"], choice(DTYPES)),
+        (&["--quantization", "-q"], STR),
+        (&["--compilation-config", "-O"], STR),
+        (&["--cuda-graph-sizes"], STR),
+        (&["--attention-backend"], STR),
+        (&["--speculative-config"], STR),
+        (&["--swap-space"], float(0.0, None)),
+        (&["--cpu-offload-gb"], float(0.0, None)),
+        (&["--num-gpu-blocks-override"], int(1)),
+        (&["--shutdown-timeout"], int(0)),
+        (&["--served-model-name"], STR),
+        (&["--trust-remote-code"], SW),
+        (&["--seed"], any_int()),
+        (&["--enable-force-include-usage"], SW),
+        (&["--disable-log-requests"], SW),
+        (&["--disable-log-stats"], SW),
+    ]
+}
+
+fn llamacpp_rows() -> Vec<Row> {
+    let kv_types = choice(&[
+        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
+    ]);
+    vec![
+        (&["--parallel", "-np"], int(-1)),
+        (&["--ctx-size", "-c"], int(0)),
+        (&["--threads", "-t"], int(-1)),
+        (&["--threads-batch", "-tb"], int(-1)),
+        (&["--batch-size", "-b"], int(1)),
+        (&["--ubatch-size", "-ub"], int(1)),
+        // N, "auto" or "all": not one integer type.
+        (&["--n-gpu-layers", "-ngl", "--gpu-layers"], STR),
+        (&["--cont-batching", "-cb"], SW),
+        (&["--no-cont-batching", "-nocb"], SW),
+        (&["--flash-attn", "-fa"], choice(&["on", "off", "auto"])),
+        (&["--metrics"], SW),
+        (&["--cache-type-k", "-ctk"], kv_types.clone()),
+        (&["--cache-type-v", "-ctv"], kv_types),
+        (&["--kv-unified", "-kvu"], SW),
+        (&["--no-kv-unified", "-no-kvu"], SW),
+        (
+            &["--split-mode", "-sm"],
+            choice(&["none", "layer", "row", "tensor"]),
+        ),
+        (&["--tensor-split", "-ts"], STR),
+        (&["--main-gpu", "-mg"], int(0)),
+        (&["--fit", "-fit"], choice(&["on", "off"])),
+        (&["--cache-ram", "-cram"], int(-1)),
+        (&["--cache-prompt"], SW),
+        (&["--no-cache-prompt"], SW),
+        (&["--no-warmup"], SW),
+        (&["--slots"], SW),
+        (&["--no-slots"], SW),
+        (&["--jinja"], SW),
+        (&["--no-jinja"], SW),
+        (&["--alias", "-a"], STR),
+        (&["--timeout", "-to"], int(1)),
+        (&["--seed", "-s"], any_int()),
+        (&["--n-predict", "-n", "--predict"], int(-1)),
+        (&["--verbosity", "-lv", "--log-verbosity"], int(0)),
+    ]
+}
+
+fn rows(kind: EngineKind) -> Vec<Row> {
+    match kind {
+        EngineKind::Sglang => sglang_rows(),
+        EngineKind::Vllm => vllm_rows(),
+        EngineKind::Llamacpp => llamacpp_rows(),
+        EngineKind::Sim => {
+            let mut r = sglang_rows();
+            r.extend(sim_own_rows());
+            r
+        }
+        EngineKind::Generic => Vec::new(),
+    }
+}
+
+/// The tuning flags callers may set on a built-in kind, one rule per name (aliases included:
+/// `-np` and `--parallel` both appear). `generic` has none: its profile lists them.
+pub fn builtin_rules(kind: EngineKind) -> Vec<FlagRule> {
+    rows(kind)
+        .into_iter()
+        .flat_map(|(names, ty)| names.iter().map(move |n| FlagRule::new(*n, ty.clone())))
+        .collect()
+}
+
+/// The canonical spelling of a built-in flag (`-np` -> `--parallel`, `--tensor-parallel-size`
+/// -> `--tp-size` for sglang), so two specs that spell one flag two ways can be compared.
+/// `None` when the kind has no such flag.
+pub fn canonical_flag(kind: EngineKind, name: &str) -> Option<&'static str> {
+    rows(kind)
+        .into_iter()
+        .find(|(names, _)| names.contains(&name))
+        .map(|(names, _)| names[0])
+}
