@@ -1,0 +1,285 @@
+//! The real [`GpuSource`]: NVML through nvml-wrapper, loaded at run time.
+
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, P2pCapabilitiesIndex, P2pStatus, PcieUtilCounter, TemperatureSensor, TopologyLevel,
+};
+use nvml_wrapper::enum_wrappers::nv_link::IntDeviceType;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+};
+use nvml_wrapper::{Device, Nvml};
+
+use crate::p2p::PairLink;
+use crate::source::{GpuSource, LinkCounters};
+use crate::types::{GpuInfo, GpuProcess, GpuSampleData};
+
+/// NVML's most links per GPU.
+const MAX_NVLINKS: u32 = nvml_wrapper_sys::bindings::NVML_NVLINK_MAX_LINKS;
+
+pub(crate) struct NvmlSource {
+    nvml: Nvml,
+}
+
+impl NvmlSource {
+    /// Loads libnvidia-ml and initialises it; the error says why not in words.
+    pub(crate) fn init() -> Result<NvmlSource, String> {
+        match Nvml::init() {
+            Ok(nvml) => Ok(NvmlSource { nvml }),
+            Err(NvmlError::LibloadingError(e)) => Err(format!(
+                "no NVML: libnvidia-ml.so.1 could not be loaded ({e}); is the NVIDIA driver installed?"
+            )),
+            Err(e) => Err(format!("NVML failed to initialise: {e}")),
+        }
+    }
+
+    fn device(&self, index: u32) -> Result<Device<'_>, String> {
+        self.nvml
+            .device_by_index(index)
+            .map_err(|e| format!("GPU {index}: {e}"))
+    }
+}
+
+fn p2p_word(r: Result<P2pStatus, NvmlError>) -> String {
+    match r {
+        Ok(P2pStatus::Ok) => "ok",
+        Ok(P2pStatus::ChipsetNotSupported) => "chipset_not_supported",
+        Ok(P2pStatus::GpuNotSupported) => "gpu_not_supported",
+        Ok(P2pStatus::IohTopologyNotSupported) => "ioh_topology_not_supported",
+        Ok(P2pStatus::DisabledByRegkey) => "disabled_by_regkey",
+        Ok(P2pStatus::NotSupported) => "not_supported",
+        Ok(P2pStatus::Unknown) => "unknown",
+        Err(_) => "error",
+    }
+    .to_string()
+}
+
+fn topology_word(level: TopologyLevel) -> &'static str {
+    match level {
+        TopologyLevel::Internal => "internal",
+        TopologyLevel::Single => "single",
+        TopologyLevel::Multiple => "multiple",
+        TopologyLevel::HostBridge => "hostbridge",
+        TopologyLevel::Node => "node",
+        TopologyLevel::System => "system",
+    }
+}
+
+fn bus_eq(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
+/// NVLink link speed, GB/s per direction, of the device's active links.
+fn nvlink_speed_gbps(dev: &Device<'_>) -> Option<f64> {
+    let values = dev
+        .field_values_for(&[FieldId(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)])
+        .ok()?;
+    let sample = values.into_iter().next()?.ok()?;
+    let mbps = sample_as_f64(sample.value.ok()?)?;
+    (mbps > 0.0).then_some(mbps / 1000.0)
+}
+
+fn sample_as_f64(v: nvml_wrapper::enums::device::SampleValue) -> Option<f64> {
+    use nvml_wrapper::enums::device::SampleValue as S;
+    Some(match v {
+        S::F64(x) => x,
+        S::U32(x) => f64::from(x),
+        S::U64(x) => x as f64,
+        S::I64(x) => x as f64,
+    })
+}
+
+fn active_links(dev: &Device<'_>) -> Vec<u32> {
+    (0..MAX_NVLINKS)
+        .filter(|&l| dev.link_wrapper_for(l).is_active().unwrap_or(false))
+        .collect()
+}
+
+/// NVLink data counters summed over all links (scope id `u32::MAX`), bytes. nvml-wrapper's
+/// `field_values_for` always sends scope 0 (link 0 only), hence the raw call.
+fn nvlink_totals(nvml: &Nvml, dev: &Device<'_>) -> (Option<u64>, Option<u64>) {
+    use nvml_wrapper_sys::bindings::{nvmlFieldValue_t, nvmlReturn_enum_NVML_SUCCESS};
+    let Ok(sym) = nvml.lib().nvmlDeviceGetFieldValues.as_ref() else {
+        return (None, None);
+    };
+    // SAFETY: nvmlFieldValue_t is plain C data; zeroed is a valid "empty request" value.
+    let mut values: [nvmlFieldValue_t; 2] = unsafe { std::mem::zeroed() };
+    values[0].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
+    values[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
+    for v in &mut values {
+        v.scopeId = u32::MAX;
+    }
+    // SAFETY: the handle belongs to this live Nvml; the array outlives the call and its length
+    // is passed.
+    let rc = unsafe { sym(dev.handle(), values.len() as i32, values.as_mut_ptr()) };
+    if rc != nvmlReturn_enum_NVML_SUCCESS {
+        return (None, None);
+    }
+    let read = |v: &nvmlFieldValue_t| {
+        // The counters are in KiB (NVML header: "NVLink TX Data throughput in KiB").
+        // SAFETY: these two fields are documented as unsigned long long.
+        (v.nvmlReturn == nvmlReturn_enum_NVML_SUCCESS).then(|| unsafe { v.value.ullVal } * 1024)
+    };
+    (read(&values[0]), read(&values[1]))
+}
+
+impl GpuSource for NvmlSource {
+    fn driver_versions(&self) -> (String, String) {
+        let driver = self.nvml.sys_driver_version().unwrap_or_default();
+        let cuda = self
+            .nvml
+            .sys_cuda_driver_version()
+            .map(|v| {
+                format!(
+                    "{}.{}",
+                    nvml_wrapper::cuda_driver_version_major(v),
+                    nvml_wrapper::cuda_driver_version_minor(v)
+                )
+            })
+            .unwrap_or_default();
+        (driver, cuda)
+    }
+
+    fn device_count(&self) -> u32 {
+        self.nvml.device_count().unwrap_or(0)
+    }
+
+    fn facts(&self, index: u32) -> Result<GpuInfo, String> {
+        let dev = self.device(index)?;
+        let links = active_links(&dev);
+        Ok(GpuInfo {
+            index,
+            name: dev.name().unwrap_or_default(),
+            uuid: dev.uuid().unwrap_or_default(),
+            pci_bus_id: dev.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+            memory_total_bytes: dev.memory_info().map(|m| m.total).unwrap_or(0),
+            pcie_link_gen: dev.current_pcie_link_gen().unwrap_or(0),
+            pcie_link_width: dev.current_pcie_link_width().unwrap_or(0),
+            pcie_max_link_gen: dev.max_pcie_link_gen().unwrap_or(0),
+            pcie_max_link_width: dev.max_pcie_link_width().unwrap_or(0),
+            nvlink_active_count: links.len() as u32,
+            nvlink_speed_gbps: if links.is_empty() { None } else { nvlink_speed_gbps(&dev) },
+            numa_node: dev.numa_node_id().ok().and_then(|n| i32::try_from(n).ok()),
+            power_limit_w: dev.enforced_power_limit().ok().map(|mw| f64::from(mw) / 1000.0),
+        })
+    }
+
+    fn sample_fast(&self, index: u32) -> GpuSampleData {
+        let Ok(dev) = self.device(index) else {
+            return GpuSampleData { index, ..Default::default() };
+        };
+        let util = dev.utilization_rates().ok();
+        let mem = dev.memory_info().ok();
+        GpuSampleData {
+            index,
+            uuid: dev.uuid().unwrap_or_default(),
+            utilization_pct: util.as_ref().map(|u| f64::from(u.gpu)),
+            memory_utilization_pct: util.as_ref().map(|u| f64::from(u.memory)),
+            memory_used_bytes: mem.as_ref().map(|m| m.used),
+            memory_total_bytes: mem.as_ref().map(|m| m.total),
+            power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+            energy_mj: dev.total_energy_consumption().ok(),
+            sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
+            memory_clock_mhz: dev.clock_info(Clock::Memory).ok(),
+            temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
+            ..Default::default()
+        }
+    }
+
+    fn link_counters(&self, index: u32) -> LinkCounters {
+        let Ok(dev) = self.device(index) else {
+            return LinkCounters::default();
+        };
+        // NVML reports KB/s over a 20 ms window.
+        let pcie = |c| dev.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
+        let (nvlink_tx_bytes, nvlink_rx_bytes) = nvlink_totals(&self.nvml, &dev);
+        LinkCounters {
+            pcie_tx_bytes_per_s: pcie(PcieUtilCounter::Send),
+            pcie_rx_bytes_per_s: pcie(PcieUtilCounter::Receive),
+            nvlink_tx_bytes,
+            nvlink_rx_bytes,
+        }
+    }
+
+    fn processes(&self, index: u32) -> Vec<GpuProcess> {
+        let Ok(dev) = self.device(index) else {
+            return Vec::new();
+        };
+        let mut out: Vec<GpuProcess> = Vec::new();
+        let lists = [dev.running_compute_processes(), dev.running_graphics_processes()];
+        for p in lists.into_iter().flatten().flatten() {
+            if out.iter().any(|q| q.pid == p.pid) {
+                continue;
+            }
+            let used_bytes = match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            };
+            out.push(GpuProcess { gpu: index, pid: p.pid, used_bytes });
+        }
+        out
+    }
+
+    fn pair_link(&self, src: u32, dst: u32) -> PairLink {
+        let mut link = PairLink {
+            src,
+            dst,
+            nvml_read: "error".into(),
+            nvml_write: "error".into(),
+            nvml_nvlink: "error".into(),
+            nvml_atomics: "error".into(),
+            topology: String::new(),
+            nvlink_count: 0,
+            nvlink_speed_gbps: 0.0,
+            pcie_gen: 0,
+            pcie_width: 0,
+        };
+        let (Ok(a), Ok(b)) = (self.device(src), self.device(dst)) else {
+            return link;
+        };
+        link.nvml_read = p2p_word(a.p2p_status(&b, P2pCapabilitiesIndex::Read));
+        link.nvml_write = p2p_word(a.p2p_status(&b, P2pCapabilitiesIndex::Write));
+        link.nvml_nvlink = p2p_word(a.p2p_status(&b, P2pCapabilitiesIndex::NvLink));
+        link.nvml_atomics = p2p_word(a.p2p_status(&b, P2pCapabilitiesIndex::Atomics));
+        if let Ok(b_again) = self.device(dst)
+            && let Ok(level) = a.topology_common_ancestor(b_again)
+        {
+            link.topology = topology_word(level).to_string();
+        }
+        let gen_ = |d: &Device<'_>| d.current_pcie_link_gen().unwrap_or(0);
+        let width = |d: &Device<'_>| d.current_pcie_link_width().unwrap_or(0);
+        link.pcie_gen = gen_(&a).min(gen_(&b));
+        link.pcie_width = width(&a).min(width(&b));
+
+        let b_bus = b.pci_info().map(|p| p.bus_id).unwrap_or_default();
+        let mut direct = 0;
+        let mut to_switch = 0;
+        for l in active_links(&a) {
+            let nv = a.link_wrapper_for(l);
+            if let Ok(remote) = nv.remote_pci_info()
+                && !b_bus.is_empty()
+                && bus_eq(&remote.bus_id, &b_bus)
+            {
+                direct += 1;
+            } else if matches!(nv.remote_device_type(l), Ok(IntDeviceType::Switch)) {
+                to_switch += 1;
+            }
+        }
+        // Through NVSwitches every link serves every peer; count them only where NVML says the
+        // pair talks over NVLink at all.
+        link.nvlink_count = if direct > 0 {
+            direct
+        } else if link.nvml_nvlink == "ok" {
+            to_switch
+        } else {
+            0
+        };
+        if link.nvlink_count > 0 {
+            link.nvlink_speed_gbps = nvlink_speed_gbps(&a).unwrap_or(0.0);
+        }
+        link
+    }
+}

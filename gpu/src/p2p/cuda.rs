@@ -1,0 +1,356 @@
+//! Copy bandwidth and latency through the CUDA driver API (cudarc, loaded at run time).
+//!
+//! The method mirrors the CUDA samples' p2pBandwidthLatencyTest so figures compare: copies are
+//! issued on the source GPU's stream with `cuMemcpyPeerAsync`, timed by CUDA events; while work
+//! is enqueued the stream is held on a host flag (`cuStreamWaitValue32`, where the sample spins a
+//! kernel) so launch overhead stays out of the timed span; bidirectional runs a second stream on
+//! the destination copying the other way at the same time and counts bytes both ways; "disabled"
+//! means peer access never enabled, so the driver stages copies through host memory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::result::{self, DriverError};
+use cudarc::driver::{CudaContext, sys};
+
+use super::ProbeError;
+
+/// Copies per timed run for bandwidth (the sample's `repeat`).
+pub const BANDWIDTH_COPIES: u32 = 5;
+/// Copies per timed run for latency (the sample's latency `repeat`).
+pub const LATENCY_COPIES: u32 = 100;
+/// Bytes per latency copy (one int4).
+pub const LATENCY_BYTES: usize = 16;
+/// A run that has not finished by then means the GPU is wedged or the flag never arrived.
+const RUN_DEADLINE: Duration = Duration::from_secs(60);
+
+fn cuda_err(step: &str) -> impl Fn(DriverError) -> ProbeError + '_ {
+    move |e| ProbeError::Cuda { step: step.to_string(), message: e.to_string() }
+}
+
+/// A page of pinned host memory the GPUs can read: the "go" flag for held streams.
+struct HostFlag {
+    host: *mut u32,
+}
+
+impl HostFlag {
+    fn set(&self, v: u32) {
+        // SAFETY: `host` points at a live 4-byte pinned allocation owned by this value.
+        unsafe { std::ptr::write_volatile(self.host, v) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+struct Gpu {
+    ctx: Arc<CudaContext>,
+    /// Two buffers of `buffer_bytes`: `a` is copied from, `b` is written to.
+    a: sys::CUdeviceptr,
+    b: sys::CUdeviceptr,
+    s0: sys::CUstream,
+    s1: sys::CUstream,
+    start: sys::CUevent,
+    stop: sys::CUevent,
+    mid: sys::CUevent,
+    /// The host flag as this GPU addresses it.
+    flag: sys::CUdeviceptr,
+}
+
+/// Open CUDA state for a probe: a context, buffers, streams and events per GPU.
+pub(crate) struct Cuda {
+    gpus: Vec<Gpu>,
+    flag: Option<HostFlag>,
+    /// `cuStreamWaitValue32` worked; without it runs are timed without holding the stream.
+    hold_works: bool,
+    buffer_bytes: usize,
+}
+
+/// Whether the CUDA driver library can be loaded at all (cudarc panics on first use otherwise).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library names; no CUDA call is made.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Number of CUDA devices, or why not.
+pub fn device_count() -> Result<u32, ProbeError> {
+    if !driver_present() {
+        return Err(ProbeError::NoCudaDriver);
+    }
+    result::init().map_err(cuda_err("cuInit"))?;
+    let n = result::device::get_count().map_err(cuda_err("cuDeviceGetCount"))?;
+    Ok(u32::try_from(n).unwrap_or(0))
+}
+
+/// (domain, bus, device) of a CUDA ordinal, to match NVML's indices.
+pub fn pci_location(ordinal: u32) -> Result<(u32, u32, u32), ProbeError> {
+    use sys::CUdevice_attribute as A;
+    let dev = result::device::get(ordinal as i32).map_err(cuda_err("cuDeviceGet"))?;
+    let attr = |a| {
+        // SAFETY: dev is a valid device handle from cuDeviceGet.
+        unsafe { result::device::get_attribute(dev, a) }
+            .map(|v| v as u32)
+            .map_err(cuda_err("cuDeviceGetAttribute"))
+    };
+    Ok((
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+    ))
+}
+
+impl Cuda {
+    /// Opens every CUDA device (by ordinal) and allocates two buffers of `buffer_bytes` on each.
+    pub fn open(ordinals: u32, buffer_bytes: usize) -> Result<Cuda, ProbeError> {
+        let mut cuda = Cuda { gpus: Vec::new(), flag: None, hold_works: true, buffer_bytes };
+        for i in 0..ordinals {
+            let ctx = CudaContext::new(i as usize).map_err(cuda_err("cuDevicePrimaryCtxRetain"))?;
+            ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))?;
+            if cuda.flag.is_none() {
+                let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+                // SAFETY: a context is current; the 4 bytes are written before any read.
+                let host = unsafe { result::malloc_host(4, flags) }.map_err(cuda_err("cuMemHostAlloc"))?;
+                let flag = HostFlag { host: host.cast() };
+                flag.set(1);
+                cuda.flag = Some(flag);
+            }
+            let host = cuda.flag.as_ref().map_or(std::ptr::null_mut(), |f| f.host);
+            // Each step's result is kept so a failure half-way still frees what was made.
+            let mut gpu = Gpu {
+                ctx,
+                a: 0,
+                b: 0,
+                s0: std::ptr::null_mut(),
+                s1: std::ptr::null_mut(),
+                start: std::ptr::null_mut(),
+                stop: std::ptr::null_mut(),
+                mid: std::ptr::null_mut(),
+                flag: 0,
+            };
+            let made = (|| -> Result<(), ProbeError> {
+                // SAFETY: this GPU's context is current for every call below.
+                unsafe {
+                    gpu.a = result::malloc_sync(buffer_bytes).map_err(cuda_err("cuMemAlloc"))?;
+                    gpu.b = result::malloc_sync(buffer_bytes).map_err(cuda_err("cuMemAlloc"))?;
+                    result::memset_d8_sync(gpu.a, 0x5a, buffer_bytes).map_err(cuda_err("cuMemsetD8"))?;
+                    result::memset_d8_sync(gpu.b, 0, buffer_bytes).map_err(cuda_err("cuMemsetD8"))?;
+                    let mut dptr: sys::CUdeviceptr = 0;
+                    sys::cuMemHostGetDevicePointer_v2(&mut dptr, host.cast(), 0)
+                        .result()
+                        .map_err(cuda_err("cuMemHostGetDevicePointer"))?;
+                    gpu.flag = dptr;
+                }
+                let kind = || result::stream::StreamKind::NonBlocking;
+                gpu.s0 = result::stream::create(kind()).map_err(cuda_err("cuStreamCreate"))?;
+                gpu.s1 = result::stream::create(kind()).map_err(cuda_err("cuStreamCreate"))?;
+                let timing = sys::CUevent_flags::CU_EVENT_DEFAULT;
+                gpu.start = result::event::create(timing).map_err(cuda_err("cuEventCreate"))?;
+                gpu.stop = result::event::create(timing).map_err(cuda_err("cuEventCreate"))?;
+                gpu.mid = result::event::create(timing).map_err(cuda_err("cuEventCreate"))?;
+                Ok(())
+            })();
+            cuda.gpus.push(gpu);
+            made?;
+        }
+        Ok(cuda)
+    }
+
+    pub fn hold_works(&self) -> bool {
+        self.hold_works
+    }
+
+    fn bind(&self, i: usize) -> Result<(), ProbeError> {
+        self.gpus[i].ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))
+    }
+
+    /// Whether `src` can address `dst`'s memory directly.
+    pub fn can_access_peer(&self, src: usize, dst: usize) -> Result<bool, ProbeError> {
+        let mut can = 0;
+        // SAFETY: both device handles come from live contexts.
+        unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.gpus[src].ctx.cu_device(), self.gpus[dst].ctx.cu_device())
+        }
+        .result()
+        .map_err(cuda_err("cuDeviceCanAccessPeer"))?;
+        Ok(can != 0)
+    }
+
+    /// Enables (or disables) peer access both ways between `x` and `y`.
+    pub fn set_peer(&self, x: usize, y: usize, enabled: bool) -> Result<(), ProbeError> {
+        for (from, to) in [(x, y), (y, x)] {
+            self.bind(from)?;
+            let peer = self.gpus[to].ctx.cu_ctx();
+            // SAFETY: `from`'s context is current and `peer` is a live context.
+            let rc = unsafe {
+                if enabled {
+                    sys::cuCtxEnablePeerAccess(peer, 0)
+                } else {
+                    sys::cuCtxDisablePeerAccess(peer)
+                }
+            };
+            match rc {
+                sys::CUresult::CUDA_SUCCESS
+                | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+                | sys::CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => {}
+                other => {
+                    let step = if enabled { "cuCtxEnablePeerAccess" } else { "cuCtxDisablePeerAccess" };
+                    return Err(cuda_err(step)(DriverError(other)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds `stream` of GPU `i` until [`Cuda::release`]. False if the driver refused.
+    fn hold(&mut self, i: usize, stream: sys::CUstream) -> bool {
+        let Some(flag) = &self.flag else { return false };
+        if !self.hold_works {
+            return false;
+        }
+        flag.set(0);
+        let wait = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: the flag is pinned, device-mapped memory alive as long as `self`.
+        let rc = unsafe { sys::cuStreamWaitValue32_v2(stream, self.gpus[i].flag, 1, wait) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            self.hold_works = false;
+            flag.set(1);
+            return false;
+        }
+        true
+    }
+
+    fn release(&self) {
+        if let Some(flag) = &self.flag {
+            flag.set(1);
+        }
+    }
+
+    /// Waits for `event` with a deadline, then returns ms between `start` and `event`.
+    fn finish(&self, start: sys::CUevent, stop: sys::CUevent) -> Result<f64, ProbeError> {
+        let deadline = Instant::now() + RUN_DEADLINE;
+        loop {
+            // SAFETY: `stop` is a live event recorded on a live stream.
+            match unsafe { result::event::query(stop) } {
+                Ok(()) => break,
+                Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => {
+                    if Instant::now() > deadline {
+                        return Err(ProbeError::Timeout { seconds: RUN_DEADLINE.as_secs() });
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(e) => return Err(cuda_err("cuEventQuery")(e)),
+            }
+        }
+        // SAFETY: both events were recorded and `stop` has completed.
+        let ms = unsafe { result::event::elapsed(start, stop) }.map_err(cuda_err("cuEventElapsedTime"))?;
+        Ok(f64::from(ms))
+    }
+
+    fn copy(&self, src: usize, dst: usize, bytes: usize, stream: sys::CUstream) -> Result<(), ProbeError> {
+        let (s, d) = (&self.gpus[src], &self.gpus[dst]);
+        // SAFETY: buffers are live and at least `bytes` long; the stream's context is current.
+        unsafe {
+            if src == dst {
+                result::memcpy_dtod_async(d.b, s.a, bytes, stream).map_err(cuda_err("cuMemcpyDtoDAsync"))
+            } else {
+                result::memcpy_peer_async(d.ctx.cu_ctx(), d.b, s.ctx.cu_ctx(), s.a, bytes, stream)
+                    .map_err(cuda_err("cuMemcpyPeerAsync"))
+            }
+        }
+    }
+
+    /// One timed run of `copies` copies `src` → `dst` on `src`'s stream; seconds.
+    /// `hold`: keep the stream waiting while enqueuing (never for staged copies, whose enqueue
+    /// may itself wait on the stream).
+    pub fn time_uni(&mut self, src: usize, dst: usize, bytes: usize, copies: u32, hold: bool) -> Result<f64, ProbeError> {
+        let bytes = bytes.min(self.buffer_bytes);
+        self.bind(src)?;
+        let (stream, start, stop) = (self.gpus[src].s0, self.gpus[src].start, self.gpus[src].stop);
+        let held = hold && self.hold(src, stream);
+        let enqueued = (|| -> Result<(), ProbeError> {
+            // SAFETY: events and stream belong to `src`'s current context.
+            unsafe { result::event::record(start, stream) }.map_err(cuda_err("cuEventRecord"))?;
+            for _ in 0..copies {
+                self.copy(src, dst, bytes, stream)?;
+            }
+            // SAFETY: as above.
+            unsafe { result::event::record(stop, stream) }.map_err(cuda_err("cuEventRecord"))
+        })();
+        if held {
+            self.release();
+        }
+        enqueued?;
+        Ok(self.finish(start, stop)? / 1000.0)
+    }
+
+    /// One timed run of `copies` copies each way at once (`src` → `dst` on `src`'s stream,
+    /// `dst` → `src` on `dst`'s); seconds from the first start to the last end.
+    pub fn time_bidi(&mut self, src: usize, dst: usize, bytes: usize, copies: u32, hold: bool) -> Result<f64, ProbeError> {
+        let bytes = bytes.min(self.buffer_bytes);
+        let (s0, start, stop) = (self.gpus[src].s0, self.gpus[src].start, self.gpus[src].stop);
+        let (s1, mid) = (self.gpus[dst].s1, self.gpus[dst].mid);
+        self.bind(src)?;
+        let held = hold && self.hold(src, s0);
+        let enqueued = (|| -> Result<(), ProbeError> {
+            // SAFETY: each call's stream and events belong to the context bound just before.
+            unsafe {
+                result::event::record(start, s0).map_err(cuda_err("cuEventRecord"))?;
+                self.bind(dst)?;
+                result::stream::wait_event(s1, start, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                    .map_err(cuda_err("cuStreamWaitEvent"))?;
+                for _ in 0..copies {
+                    self.copy(dst, src, bytes, s1)?;
+                }
+                result::event::record(mid, s1).map_err(cuda_err("cuEventRecord"))?;
+                self.bind(src)?;
+                for _ in 0..copies {
+                    self.copy(src, dst, bytes, s0)?;
+                }
+                result::stream::wait_event(s0, mid, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                    .map_err(cuda_err("cuStreamWaitEvent"))?;
+                result::event::record(stop, s0).map_err(cuda_err("cuEventRecord"))
+            }
+        })();
+        if held {
+            self.release();
+        }
+        enqueued?;
+        self.bind(src)?;
+        Ok(self.finish(start, stop)? / 1000.0)
+    }
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        self.release();
+        for g in &self.gpus {
+            if g.ctx.bind_to_thread().is_err() {
+                continue;
+            }
+            // SAFETY: everything below was made in this context and is not used after this.
+            // Errors are ignored: there is nothing left to do with them while dropping.
+            unsafe {
+                let _ = result::ctx::synchronize();
+                for e in [g.start, g.stop, g.mid] {
+                    if !e.is_null() {
+                        let _ = result::event::destroy(e);
+                    }
+                }
+                for s in [g.s0, g.s1] {
+                    if !s.is_null() {
+                        let _ = result::stream::destroy(s);
+                    }
+                }
+                for p in [g.a, g.b] {
+                    if p != 0 {
+                        let _ = result::free_sync(p);
+                    }
+                }
+            }
+        }
+        if let (Some(flag), Some(g)) = (&self.flag, self.gpus.first())
+            && g.ctx.bind_to_thread().is_ok()
+        {
+            // SAFETY: allocated by cuMemHostAlloc in `open`; no stream uses it any more.
+            let _ = unsafe { result::free_host(flag.host.cast()) };
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The narrow seam between this crate and NVML: everything above it (sampling cadence, P2P
+//! matrix assembly, diagnosis) is tested with recorded inputs through a fake source.
+
+use crate::p2p::PairLink;
+use crate::types::{GpuInfo, GpuProcess, GpuSampleData};
+
+/// Slow link counters of one GPU, read on the background sampler thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct LinkCounters {
+    /// PCIe throughput over NVML's 20 ms window, bytes/s.
+    pub pcie_tx_bytes_per_s: Option<f64>,
+    pub pcie_rx_bytes_per_s: Option<f64>,
+    /// NVLink data counters over all links, cumulative bytes.
+    pub nvlink_tx_bytes: Option<u64>,
+    pub nvlink_rx_bytes: Option<u64>,
+}
+
+/// What the crate needs from NVML. Each call answers for one device index; a field the device
+/// cannot report is `None`/zero rather than an error, because a partial answer is still useful.
+pub(crate) trait GpuSource: Send + Sync {
+    /// (driver version, CUDA driver version).
+    fn driver_versions(&self) -> (String, String);
+    fn device_count(&self) -> u32;
+    fn facts(&self, index: u32) -> Result<GpuInfo, String>;
+    /// Everything of a sample that answers in microseconds (no PCIe/NVLink rates).
+    fn sample_fast(&self, index: u32) -> GpuSampleData;
+    /// Blocks about 40 ms per device (NVML samples PCIe over a 20 ms window per direction).
+    fn link_counters(&self, index: u32) -> LinkCounters;
+    fn processes(&self, index: u32) -> Vec<GpuProcess>;
+    /// NVML's view of the path from `src` to `dst`.
+    fn pair_link(&self, src: u32, dst: u32) -> PairLink;
+}
