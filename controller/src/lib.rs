@@ -1,3 +1,5 @@
 //! fleetbench-controller: inventory, scheduler, store, API.
 
+pub mod compare;
 pub mod metrics;
+pub mod spec;

@@ -1,0 +1,314 @@
+//! `[[configs]]`: engine configs, `extends` inheritance and flag checking.
+
+use std::collections::BTreeMap;
+
+use fleetbench_engines::{EngineKind, config_id};
+use toml::de::DeValue;
+
+use super::ConfigSpec;
+use super::flags;
+use super::parse::string_map;
+use super::walk::{Ctx, Span, Table, as_table, describe, suggest};
+
+const CONFIG_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "engine",
+    "profile",
+    "model",
+    "extends",
+    "flags",
+    "env",
+];
+
+/// A flag's value as written. `false` is kept (not dropped) so that it can switch off a flag
+/// inherited through `extends`.
+#[derive(Debug, Clone, PartialEq)]
+enum FlagVal {
+    Value(String),
+    On,
+    Off,
+}
+
+/// Where something was written, for errors about it after inheritance.
+#[derive(Debug, Clone)]
+struct Origin {
+    key_span: Span,
+    value_span: Span,
+    path: String,
+}
+
+/// One `[[configs]]` table as written, before `extends` is applied.
+struct RawConfig {
+    name: Option<String>,
+    name_span: Span,
+    table_span: Span,
+    path: String,
+    engine: Option<EngineKind>,
+    /// `engine` is written, valid or not (an invalid one is already reported).
+    engine_written: bool,
+    profile: Option<String>,
+    model: Option<String>,
+    extends: Option<(String, Span)>,
+    flags: BTreeMap<String, (FlagVal, Origin)>,
+    env: BTreeMap<String, String>,
+    /// Some field could not be read; its error is already recorded.
+    broken: bool,
+}
+
+/// A config with its ancestors' fields merged in.
+#[derive(Default, Clone)]
+struct Merged {
+    engine: Option<EngineKind>,
+    engine_written: bool,
+    profile: Option<String>,
+    model: Option<String>,
+    flags: BTreeMap<String, (FlagVal, Origin)>,
+    env: BTreeMap<String, String>,
+    broken: bool,
+}
+
+pub(crate) fn configs(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Vec<ConfigSpec>> {
+    if !root.has("configs") {
+        root.missing(ctx, "configs", "at least one [[configs]] table");
+        return None;
+    }
+    let items = root.list(ctx, "configs")?;
+    let mut raws = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("configs[{i}]");
+        match as_table(ctx, &path, item) {
+            Some(t) => raws.push(raw_config(ctx, &t)),
+            None => return None,
+        }
+    }
+    let mut ok = duplicate_names(ctx, &raws);
+    let mut out: Vec<ConfigSpec> = Vec::new();
+    for i in 0..raws.len() {
+        let mut stack = Vec::new();
+        let Some(merged) = merge(ctx, &raws, i, &mut stack) else {
+            ok = false;
+            continue;
+        };
+        match finish(ctx, &raws[i], merged) {
+            Some(c) => {
+                if let Some(j) = out.iter().position(|o| o.config_id == c.config_id) {
+                    let msg = format!(
+                        "same engine, model, flags and env as configs[{j}] ({:?}); a config must differ from the others",
+                        out[j].name
+                    );
+                    ctx.error(
+                        Some(&raws[i].name_span),
+                        &format!("{}.name", raws[i].path),
+                        msg,
+                    );
+                    ok = false;
+                }
+                out.push(c);
+            }
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
+    t.check_keys(ctx, CONFIG_KEYS);
+    let errors_before = ctx.errors.len();
+    let name = t.required_string(ctx, "name", "a name for the config");
+    let engine = t.get("engine").and_then(|v| {
+        let s = super::walk::as_string(ctx, &t.field("engine"), v)?;
+        match s.parse::<EngineKind>() {
+            Ok(k) => Some(k),
+            Err(e) => {
+                ctx.error(Some(&v.span()), &t.field("engine"), e.to_string());
+                None
+            }
+        }
+    });
+    let profile = t.string(ctx, "profile");
+    let model = t.string(ctx, "model");
+    let extends = t.get("extends").and_then(|v| {
+        let s = super::walk::as_string(ctx, &t.field("extends"), v)?;
+        Some((s, v.span()))
+    });
+    let flags = match t.table(ctx, "flags") {
+        Some(ft) => raw_flags(ctx, &ft),
+        None => BTreeMap::new(),
+    };
+    let env = t
+        .table(ctx, "env")
+        .and_then(|e| string_map(ctx, &e))
+        .unwrap_or_default();
+    RawConfig {
+        name,
+        name_span: t.key_span("name"),
+        table_span: t.span.clone(),
+        path: t.path.clone(),
+        engine,
+        engine_written: t.has("engine"),
+        profile,
+        model,
+        extends,
+        flags,
+        env,
+        broken: ctx.errors.len() > errors_before,
+    }
+}
+
+fn raw_flags(ctx: &mut Ctx, t: &Table<'_, '_>) -> BTreeMap<String, (FlagVal, Origin)> {
+    let mut out = BTreeMap::new();
+    for (k, v) in t.map.iter() {
+        let name = k.get_ref().to_string();
+        let path = t.field(&name);
+        let value = match v.get_ref() {
+            DeValue::String(s) => FlagVal::Value(s.to_string()),
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) => FlagVal::Value(n.to_string()),
+                Err(_) => FlagVal::Value(i.to_string()),
+            },
+            DeValue::Float(f) => FlagVal::Value(f.to_string()),
+            DeValue::Boolean(true) => FlagVal::On,
+            DeValue::Boolean(false) => FlagVal::Off,
+            other => {
+                let msg = format!(
+                    "expected a string, a number, or true/false to switch a flag on/off, got {}",
+                    describe(other)
+                );
+                ctx.error(Some(&v.span()), &path, msg);
+                continue;
+            }
+        };
+        if !name.starts_with('-') {
+            let msg = format!(
+                "flag names start with \"-\" or \"--\", as on the command line (\"--{name}\"?)"
+            );
+            ctx.error(Some(&k.span()), &path, msg);
+            continue;
+        }
+        let origin = Origin {
+            key_span: k.span(),
+            value_span: v.span(),
+            path,
+        };
+        out.insert(name, (value, origin));
+    }
+    out
+}
+
+fn duplicate_names(ctx: &mut Ctx, raws: &[RawConfig]) -> bool {
+    let mut ok = true;
+    for (i, r) in raws.iter().enumerate() {
+        let Some(name) = &r.name else { continue };
+        if let Some(j) = raws[..i].iter().position(|o| o.name.as_ref() == Some(name)) {
+            let msg = format!("duplicate config name {name:?} (also configs[{j}])");
+            ctx.error(Some(&r.name_span), &format!("{}.name", r.path), msg);
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// Applies `extends` chains; `stack` holds the configs being resolved, to catch cycles.
+fn merge(ctx: &mut Ctx, raws: &[RawConfig], i: usize, stack: &mut Vec<usize>) -> Option<Merged> {
+    let raw = &raws[i];
+    let mut merged = match &raw.extends {
+        None => Merged::default(),
+        Some((base_name, span)) => {
+            let field = format!("{}.extends", raw.path);
+            let Some(base) = raws.iter().position(|r| r.name.as_ref() == Some(base_name)) else {
+                let names = raws.iter().filter_map(|r| r.name.as_deref());
+                let msg = match suggest(base_name, names) {
+                    Some(s) => format!("no config named {base_name:?} (did you mean {s:?}?)"),
+                    None => format!("no config named {base_name:?}"),
+                };
+                ctx.error(Some(span), &field, msg);
+                return None;
+            };
+            if base == i || stack.contains(&base) {
+                let mut chain: Vec<&str> = stack
+                    .iter()
+                    .chain([&i])
+                    .map(|&j| raws[j].name.as_deref().unwrap_or("?"))
+                    .collect();
+                chain.push(base_name);
+                let start = chain.iter().position(|n| n == base_name).unwrap_or(0);
+                let msg = format!("extends forms a cycle: {}", chain[start..].join(" -> "));
+                ctx.error(Some(span), &field, msg);
+                return None;
+            }
+            stack.push(i);
+            let base = merge(ctx, raws, base, stack);
+            stack.pop();
+            base?
+        }
+    };
+    merged.broken |= raw.broken;
+    merged.engine_written |= raw.engine_written;
+    if raw.engine.is_some() {
+        merged.engine = raw.engine;
+    }
+    if raw.profile.is_some() {
+        merged.profile.clone_from(&raw.profile);
+    }
+    if raw.model.is_some() {
+        merged.model.clone_from(&raw.model);
+    }
+    for (k, v) in &raw.flags {
+        merged.flags.insert(k.clone(), v.clone());
+    }
+    for (k, v) in &raw.env {
+        merged.env.insert(k.clone(), v.clone());
+    }
+    Some(merged)
+}
+
+fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> {
+    let name = raw.name.clone()?;
+    let Some(kind) = merged.engine else {
+        if merged.engine_written {
+            return None;
+        }
+        let kinds: Vec<_> = EngineKind::ALL.iter().map(|k| k.as_str()).collect();
+        let msg = format!("missing: the engine kind, one of: {}", kinds.join(", "));
+        ctx.error(Some(&raw.table_span), &format!("{}.engine", raw.path), msg);
+        return None;
+    };
+    let Some(model) = merged.model.filter(|m| !m.trim().is_empty()) else {
+        let msg = "missing: the model (a path or name the engine loads)";
+        ctx.error(Some(&raw.table_span), &format!("{}.model", raw.path), msg);
+        return None;
+    };
+    let mut ok = !merged.broken;
+    let mut flags = Vec::new();
+    for (flag, (value, origin)) in &merged.flags {
+        let value = match value {
+            FlagVal::Off => continue,
+            FlagVal::On => None,
+            FlagVal::Value(v) => Some(v.clone()),
+        };
+        if let Err(problem) = flags::check(kind, flag, value.as_deref()) {
+            let span = if problem.about_name {
+                &origin.key_span
+            } else {
+                &origin.value_span
+            };
+            ctx.error(Some(span), &origin.path, problem.message);
+            ok = false;
+        }
+        flags.push((flag.clone(), value));
+    }
+    if !ok {
+        return None;
+    }
+    let config_id = config_id(kind, &model, &flags, &merged.env);
+    Some(ConfigSpec {
+        name,
+        kind,
+        profile: merged.profile.unwrap_or_else(|| kind.as_str().to_string()),
+        model,
+        flags,
+        env: merged.env,
+        config_id,
+    })
+}

@@ -1,0 +1,179 @@
+//! Job specs: the TOML file a user writes (documented in `docs/job-spec.md`), validated with
+//! every problem located by file, line and field, and turned into trials and agent requests.
+//!
+//! ```text
+//! parse(file, text) -> JobSpec -> expand_trials() -> [TrialPlan]
+//!                              -> engine_spec(config), benchmark_request(workload)
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleetbench_engines::EngineKind;
+
+mod configs;
+mod error;
+mod flags;
+mod parse;
+mod plan;
+mod walk;
+mod workloads;
+
+pub use error::{SpecError, render_errors};
+pub use parse::parse;
+pub use plan::{TrialPlan, level_label};
+
+/// A validated job spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub name: String,
+    pub description: String,
+    /// Times every (config, workload) pair runs; at least 1.
+    pub repeats: u32,
+    pub order: Order,
+    pub hosts: HostSelector,
+    pub configs: Vec<ConfigSpec>,
+    pub workloads: Vec<WorkloadSpec>,
+    pub load: LoadSpec,
+}
+
+/// In which order trials run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Round-robin: every config once per repeat, so slow drift of a host (thermal, other
+    /// tenants) is spread over all configs instead of favouring the one measured first.
+    #[default]
+    Interleaved,
+    /// All repeats of a config before the next config: fewer engine restarts.
+    Sequential,
+}
+
+/// Which hosts a job may run on. Empty fields match everything.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HostSelector {
+    /// Host names; empty: any host.
+    pub names: Vec<String>,
+    /// Every label must be present with this value.
+    pub labels: BTreeMap<String, String>,
+    /// Substring of the GPU name, case-insensitive ("H200" matches "NVIDIA H200").
+    pub gpu_model: Option<String>,
+    /// At least this many GPUs (of `gpu_model` when given).
+    pub gpu_count: Option<u32>,
+}
+
+/// One engine config, with `extends` already resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigSpec {
+    pub name: String,
+    pub kind: EngineKind,
+    /// Engine profile on the agent; defaults to the kind's name.
+    pub profile: String,
+    pub model: String,
+    /// `(name, value)`; `None` is a switch such as `--disable-cuda-graph`. Sorted by name.
+    pub flags: Vec<(String, Option<String>)>,
+    pub env: BTreeMap<String, String>,
+    /// Hash of kind, model, flags and env (`fleetbench_engines::config_id`).
+    pub config_id: String,
+}
+
+/// One workload: what the load generator sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadSpec {
+    pub name: String,
+    pub dataset: Dataset,
+    pub api: Api,
+    /// Model name sent in requests; empty: the first model the server lists.
+    pub model: String,
+    pub ignore_eos: bool,
+    pub seed: u64,
+}
+
+/// Where prompts come from. Paths are on the agent's host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Dataset {
+    Random {
+        input_len: u32,
+        output_len: u32,
+        range_ratio: f64,
+    },
+    ShareGpt {
+        path: String,
+        /// 0: the dataset's own output lengths.
+        output_len: u32,
+    },
+    SharedPrefix {
+        groups: u32,
+        prompts_per_group: u32,
+        prefix_len: u32,
+        suffix_len: u32,
+        output_len: u32,
+    },
+    Jsonl {
+        path: String,
+        output_len: u32,
+    },
+    Trace {
+        path: String,
+    },
+}
+
+/// OpenAI-compatible endpoint used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Api {
+    #[default]
+    Completions,
+    Chat,
+}
+
+/// Load levels and how long each runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadSpec {
+    pub levels: Levels,
+    /// Requests sent and discarded before each level is measured.
+    pub warmup: u32,
+    pub bound: Bound,
+    /// Percentiles reported, 0..100; always includes 50 and 99 (the comparison uses them).
+    pub percentiles: Vec<f64>,
+    pub slo: Slo,
+}
+
+/// The swept load axis.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Levels {
+    /// Closed loop: this many requests in flight.
+    Concurrency(Vec<u32>),
+    /// Open loop: arrivals at these rates (requests/s).
+    RequestRate {
+        rates: Vec<f64>,
+        max_concurrency: Option<u32>,
+        /// Gamma shape of inter-arrival times; 1.0 is Poisson.
+        burstiness: f64,
+    },
+}
+
+/// How long a level runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bound {
+    Requests(u32),
+    Duration(Duration),
+}
+
+/// Latency objectives; a request meeting all of them counts toward goodput.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Slo {
+    pub ttft_ms: Option<f64>,
+    pub itl_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+}
+
+impl JobSpec {
+    /// Index of the config with this name.
+    pub fn config_index(&self, name: &str) -> Option<usize> {
+        self.configs.iter().position(|c| c.name == name)
+    }
+
+    /// Index of the workload with this name.
+    pub fn workload_index(&self, name: &str) -> Option<usize> {
+        self.workloads.iter().position(|w| w.name == name)
+    }
+}

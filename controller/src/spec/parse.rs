@@ -1,0 +1,366 @@
+//! The top of a spec: job fields, `[hosts]`, `[load]`, and the tables later work adds.
+
+use std::collections::BTreeMap;
+
+use toml::de::DeTable;
+
+use super::walk::{Ctx, Table, as_f64, as_string, as_u32};
+use super::{
+    Bound, HostSelector, JobSpec, Levels, LoadSpec, Order, Slo, SpecError, configs, workloads,
+};
+
+const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "repeats",
+    "order",
+    "hosts",
+    "configs",
+    "workloads",
+    "load",
+    "search",
+    "suite",
+];
+
+/// Parses and validates a job spec. On failure returns every problem found, sorted by line.
+/// `file_name` only labels the errors.
+pub fn parse(file_name: &str, text: &str) -> Result<JobSpec, Vec<SpecError>> {
+    let mut ctx = Ctx::new(file_name, text);
+    let (doc, syntax) = DeTable::parse_recoverable(text);
+    if !syntax.is_empty() {
+        for e in &syntax {
+            let msg = e.message().trim().replace('\n', "; ");
+            ctx.error(e.span().as_ref(), "", format!("invalid TOML: {msg}"));
+        }
+        return Err(finish(ctx.errors));
+    }
+    let root = Table {
+        map: doc.get_ref(),
+        span: doc.span(),
+        path: String::new(),
+    };
+    let spec = job(&mut ctx, &root);
+    match spec {
+        Some(spec) if ctx.errors.is_empty() => Ok(spec),
+        _ => Err(finish(ctx.errors)),
+    }
+}
+
+fn finish(mut errors: Vec<SpecError>) -> Vec<SpecError> {
+    errors.sort_by_key(|e| e.line);
+    errors.dedup();
+    errors
+}
+
+fn job(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<JobSpec> {
+    root.check_keys(ctx, TOP_KEYS);
+    reserved(ctx, root);
+    let name = root.required_string(ctx, "name", "a name for the job");
+    let description = root.string(ctx, "description").unwrap_or_default();
+    let repeats = if root.has("repeats") {
+        root.u32(ctx, "repeats", 1)
+    } else {
+        Some(1)
+    };
+    let order = order(ctx, root);
+    let hosts = match root.get("hosts") {
+        Some(_) => root.table(ctx, "hosts").and_then(|t| hosts(ctx, &t)),
+        None => Some(HostSelector::default()),
+    };
+    let configs = configs::configs(ctx, root);
+    let workloads = workloads::workloads(ctx, root);
+    let load = match root.get("load") {
+        Some(_) => root.table(ctx, "load").and_then(|t| load(ctx, &t)),
+        None => {
+            root.missing(ctx, "load", "a [load] table with the load levels");
+            None
+        }
+    };
+    Some(JobSpec {
+        name: name?,
+        description,
+        repeats: repeats?,
+        order: order?,
+        hosts: hosts?,
+        configs: configs?,
+        workloads: workloads?,
+        load: load?,
+    })
+}
+
+/// Tables a later version adds; refused by name so that a newer spec never half-runs here.
+fn reserved(ctx: &mut Ctx, root: &Table<'_, '_>) {
+    for (key, what) in [
+        ("search", "tuning searches ([search])"),
+        ("suite", "regression suites ([suite])"),
+    ] {
+        if root.has(key) {
+            let msg = format!("{what} are not supported by this version yet");
+            ctx.error(Some(&root.key_span(key)), key, msg);
+        }
+    }
+}
+
+fn order(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Order> {
+    let Some(v) = root.get("order") else {
+        return Some(Order::default());
+    };
+    match as_string(ctx, "order", v)?.as_str() {
+        "interleaved" => Some(Order::Interleaved),
+        "sequential" => Some(Order::Sequential),
+        other => {
+            let msg = format!("expected \"interleaved\" or \"sequential\", got {other:?}");
+            ctx.error(Some(&v.span()), "order", msg);
+            None
+        }
+    }
+}
+
+fn hosts(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<HostSelector> {
+    t.check_keys(ctx, &["names", "labels", "gpu_model", "gpu_count"]);
+    let names = if t.has("names") {
+        t.string_list(ctx, "names")
+    } else {
+        Some(Vec::new())
+    };
+    let labels = match t.get("labels") {
+        Some(_) => t.table(ctx, "labels").and_then(|l| string_map(ctx, &l)),
+        None => Some(BTreeMap::new()),
+    };
+    let gpu_model = match t.get("gpu_model") {
+        Some(_) => t.string(ctx, "gpu_model").map(Some),
+        None => Some(None),
+    };
+    let gpu_count = match t.get("gpu_count") {
+        Some(_) => t.u32(ctx, "gpu_count", 1).map(Some),
+        None => Some(None),
+    };
+    Some(HostSelector {
+        names: names?,
+        labels: labels?,
+        gpu_model: gpu_model?,
+        gpu_count: gpu_count?,
+    })
+}
+
+/// A table whose values are strings (labels, env). Numbers and booleans are accepted and kept
+/// as written, since `CUDA_LAUNCH_BLOCKING = 1` is what people type.
+pub(crate) fn string_map(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<BTreeMap<String, String>> {
+    use toml::de::DeValue;
+    let mut out = BTreeMap::new();
+    let mut ok = true;
+    for (k, v) in t.map.iter() {
+        let key = k.get_ref().to_string();
+        let value = match v.get_ref() {
+            DeValue::String(s) => s.to_string(),
+            DeValue::Integer(i) => i.to_string(),
+            DeValue::Float(f) => f.to_string(),
+            DeValue::Boolean(b) => b.to_string(),
+            other => {
+                let msg = format!("expected a string, got {}", super::walk::describe(other));
+                ctx.error(Some(&v.span()), &t.field(&key), msg);
+                ok = false;
+                continue;
+            }
+        };
+        out.insert(key, value);
+    }
+    ok.then_some(out)
+}
+
+const LOAD_KEYS: &[&str] = &[
+    "concurrency",
+    "request_rate",
+    "max_concurrency",
+    "burstiness",
+    "warmup",
+    "requests",
+    "duration",
+    "percentiles",
+    "slo",
+];
+
+fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
+    t.check_keys(ctx, LOAD_KEYS);
+    let levels = levels(ctx, t);
+    let warmup = if t.has("warmup") {
+        t.u32(ctx, "warmup", 0)
+    } else {
+        Some(0)
+    };
+    let bound = bound(ctx, t);
+    let percentiles = percentiles(ctx, t);
+    let slo = match t.get("slo") {
+        Some(_) => t.table(ctx, "slo").and_then(|s| slo(ctx, &s)),
+        None => Some(Slo::default()),
+    };
+    Some(LoadSpec {
+        levels: levels?,
+        warmup: warmup?,
+        bound: bound?,
+        percentiles: percentiles?,
+        slo: slo?,
+    })
+}
+
+fn levels(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Levels> {
+    match (t.has("concurrency"), t.has("request_rate")) {
+        (true, true) => {
+            let msg = "give either concurrency (closed loop) or request_rate (open loop), not both";
+            ctx.error(
+                Some(&t.key_span("request_rate")),
+                &t.field("request_rate"),
+                msg,
+            );
+            None
+        }
+        (false, false) => {
+            let what = "the load levels: concurrency = [...] or request_rate = [...]";
+            t.missing(ctx, "concurrency", what);
+            None
+        }
+        (true, false) => {
+            for key in ["max_concurrency", "burstiness"] {
+                if t.has(key) {
+                    let msg = "only applies to request_rate levels (concurrency is already a cap)";
+                    ctx.error(Some(&t.key_span(key)), &t.field(key), msg);
+                }
+            }
+            let items = t.list(ctx, "concurrency")?;
+            let path = t.field("concurrency");
+            let values: Vec<_> = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| as_u32(ctx, &format!("{path}[{i}]"), v, 1))
+                .collect();
+            let values: Vec<u32> = values.into_iter().collect::<Option<_>>()?;
+            no_repeats(ctx, t, "concurrency", &values)?;
+            Some(Levels::Concurrency(values))
+        }
+        (false, true) => {
+            let items = t.list(ctx, "request_rate")?;
+            let path = t.field("request_rate");
+            let values: Vec<_> = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| super::walk::positive_f64(ctx, &format!("{path}[{i}]"), v))
+                .collect();
+            let max_concurrency = match t.get("max_concurrency") {
+                Some(_) => t.u32(ctx, "max_concurrency", 1).map(Some),
+                None => Some(None),
+            };
+            let burstiness = match t.get("burstiness") {
+                Some(_) => t.positive_f64(ctx, "burstiness"),
+                None => Some(1.0),
+            };
+            let rates: Vec<f64> = values.into_iter().collect::<Option<_>>()?;
+            no_repeats(ctx, t, "request_rate", &rates)?;
+            Some(Levels::RequestRate {
+                rates,
+                max_concurrency: max_concurrency?,
+                burstiness: burstiness?,
+            })
+        }
+    }
+}
+
+/// A level listed twice would be stored under the same key as its twin.
+fn no_repeats<T: PartialEq + std::fmt::Display>(
+    ctx: &mut Ctx,
+    t: &Table<'_, '_>,
+    key: &str,
+    values: &[T],
+) -> Option<()> {
+    let mut ok = true;
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            let span = t
+                .get(key)
+                .and_then(|l| l.get_ref().as_array().map(|a| a[i].span()));
+            let msg = format!("level {v} is listed twice");
+            ctx.error(span.as_ref(), &format!("{}[{i}]", t.field(key)), msg);
+            ok = false;
+        }
+    }
+    ok.then_some(())
+}
+
+fn bound(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Bound> {
+    match (t.has("requests"), t.has("duration")) {
+        (true, true) => {
+            let msg = "give either requests or duration per level, not both";
+            ctx.error(Some(&t.key_span("duration")), &t.field("duration"), msg);
+            None
+        }
+        (false, false) => {
+            let what = "how long each level runs: requests = N or duration = \"60s\"";
+            t.missing(ctx, "requests", what);
+            None
+        }
+        (true, false) => t.u32(ctx, "requests", 1).map(Bound::Requests),
+        (false, true) => {
+            let v = t.get("duration")?;
+            let field = t.field("duration");
+            let text = as_string(ctx, &field, v)?;
+            match humantime::parse_duration(&text) {
+                Ok(d) if !d.is_zero() => Some(Bound::Duration(d)),
+                Ok(_) => {
+                    ctx.error(Some(&v.span()), &field, "must be longer than 0s");
+                    None
+                }
+                Err(e) => {
+                    let msg = format!(
+                        "expected a duration such as \"30s\" or \"2m\", got {text:?} ({e})"
+                    );
+                    ctx.error(Some(&v.span()), &field, msg);
+                    None
+                }
+            }
+        }
+    }
+}
+
+fn percentiles(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Vec<f64>> {
+    let mut out = vec![50.0, 99.0];
+    if t.has("percentiles") {
+        let items = t.list(ctx, "percentiles")?;
+        let path = t.field("percentiles");
+        let mut ok = true;
+        for (i, v) in items.iter().enumerate() {
+            let field = format!("{path}[{i}]");
+            match as_f64(ctx, &field, v) {
+                Some(p) if p > 0.0 && p < 100.0 => out.push(p),
+                Some(p) => {
+                    let msg = format!("a percentile is between 0 and 100 (exclusive), got {p}");
+                    ctx.error(Some(&v.span()), &field, msg);
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+        if !ok {
+            return None;
+        }
+    } else {
+        out.extend([90.0, 95.0]);
+    }
+    out.sort_by(f64::total_cmp);
+    out.dedup();
+    Some(out)
+}
+
+fn slo(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Slo> {
+    t.check_keys(ctx, &["ttft_ms", "itl_ms", "e2e_ms"]);
+    let mut get = |key: &str| match t.get(key) {
+        Some(_) => t.positive_f64(ctx, key).map(Some),
+        None => Some(None),
+    };
+    let ttft_ms = get("ttft_ms");
+    let itl_ms = get("itl_ms");
+    let e2e_ms = get("e2e_ms");
+    Some(Slo {
+        ttft_ms: ttft_ms?,
+        itl_ms: itl_ms?,
+        e2e_ms: e2e_ms?,
+    })
+}

@@ -1,0 +1,224 @@
+//! `[[workloads]]`: a dataset with its parameters, the API and request options.
+
+use toml::de::DeValue;
+
+use super::walk::{Ctx, Table, as_table, describe};
+use super::{Api, Dataset, WorkloadSpec};
+
+const COMMON: &[&str] = &["name", "dataset", "api", "model", "ignore_eos", "seed"];
+
+/// Each dataset kind with the parameters it takes (required ones first).
+const DATASETS: &[(&str, &[&str])] = &[
+    ("random", &["input_len", "output_len", "range_ratio"]),
+    ("sharegpt", &["path", "output_len"]),
+    (
+        "shared-prefix",
+        &[
+            "groups",
+            "prompts_per_group",
+            "prefix_len",
+            "suffix_len",
+            "output_len",
+        ],
+    ),
+    ("jsonl", &["path", "output_len"]),
+    ("trace", &["path"]),
+];
+
+pub(crate) fn workloads(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Vec<WorkloadSpec>> {
+    if !root.has("workloads") {
+        root.missing(ctx, "workloads", "at least one [[workloads]] table");
+        return None;
+    }
+    let items = root.list(ctx, "workloads")?;
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("workloads[{i}]");
+        match as_table(ctx, &path, item).and_then(|t| workload(ctx, &t)) {
+            Some(w) => {
+                if let Some(first) = out.iter().position(|o: &WorkloadSpec| o.name == w.name) {
+                    let t = as_table(ctx, &path, item)?;
+                    let msg = format!(
+                        "duplicate workload name {:?} (also workloads[{first}])",
+                        w.name
+                    );
+                    ctx.error(Some(&t.key_span("name")), &t.field("name"), msg);
+                    ok = false;
+                }
+                out.push(w);
+            }
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+fn workload(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<WorkloadSpec> {
+    let name = t.required_string(ctx, "name", "a name for the workload");
+    let kind = dataset_kind(ctx, t);
+    let params: Vec<&str> = match kind {
+        Some(k) => DATASETS
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, p)| p.to_vec())
+            .unwrap_or_default(),
+        None => DATASETS
+            .iter()
+            .flat_map(|(_, p)| p.iter().copied())
+            .collect(),
+    };
+    let known: Vec<&str> = COMMON
+        .iter()
+        .copied()
+        .chain(params.iter().copied())
+        .collect();
+    let all: Vec<&str> = COMMON
+        .iter()
+        .copied()
+        .chain(DATASETS.iter().flat_map(|(_, p)| p.iter().copied()))
+        .collect();
+    // A parameter of another dataset gets its own message: the key is real, just misplaced.
+    let mut unknown_keys = Vec::new();
+    for (k, _) in t.map.iter() {
+        let key = k.get_ref().as_ref();
+        if all.contains(&key) && !known.contains(&key) {
+            let msg = format!(
+                "{key:?} is not a parameter of dataset {:?} (it takes: {})",
+                kind.unwrap_or_default(),
+                params.join(", ")
+            );
+            ctx.error(Some(&k.span()), &t.field(key), msg);
+        } else if !all.contains(&key) {
+            unknown_keys.push(key);
+        }
+    }
+    if !unknown_keys.is_empty() {
+        t.check_keys(ctx, &all);
+    }
+    let dataset = kind.and_then(|k| dataset(ctx, t, k));
+    let api = match t.get("api") {
+        None => Some(Api::default()),
+        Some(v) => match v.get_ref() {
+            DeValue::String(s) if s == "completions" => Some(Api::Completions),
+            DeValue::String(s) if s == "chat" => Some(Api::Chat),
+            other => {
+                let msg = format!(
+                    "expected \"completions\" or \"chat\", got {}",
+                    describe(other)
+                );
+                ctx.error(Some(&v.span()), &t.field("api"), msg);
+                None
+            }
+        },
+    };
+    let model = t.string(ctx, "model").unwrap_or_default();
+    let ignore_eos = if t.has("ignore_eos") {
+        t.bool(ctx, "ignore_eos")
+    } else {
+        Some(true)
+    };
+    let seed = if t.has("seed") {
+        t.u32(ctx, "seed", 0).map(u64::from)
+    } else {
+        Some(0)
+    };
+    Some(WorkloadSpec {
+        name: name?,
+        dataset: dataset?,
+        api: api?,
+        model,
+        ignore_eos: ignore_eos?,
+        seed: seed?,
+    })
+}
+
+fn dataset_kind(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<&'static str> {
+    let Some(v) = t.get("dataset") else {
+        let kinds: Vec<_> = DATASETS.iter().map(|(n, _)| *n).collect();
+        t.missing(
+            ctx,
+            "dataset",
+            &format!("the dataset, one of: {}", kinds.join(", ")),
+        );
+        return None;
+    };
+    let found = match v.get_ref() {
+        DeValue::String(s) => DATASETS
+            .iter()
+            .find(|(n, _)| *n == s.as_ref())
+            .map(|(n, _)| *n),
+        _ => None,
+    };
+    if found.is_none() {
+        let kinds: Vec<_> = DATASETS.iter().map(|(n, _)| format!("{n:?}")).collect();
+        let msg = format!(
+            "expected one of {}, got {}",
+            kinds.join(", "),
+            describe(v.get_ref())
+        );
+        ctx.error(Some(&v.span()), &t.field("dataset"), msg);
+    }
+    found
+}
+
+fn dataset(ctx: &mut Ctx, t: &Table<'_, '_>, kind: &str) -> Option<Dataset> {
+    let mut need_u32 = |key: &str, min: u32| -> Option<u32> {
+        if !t.has(key) {
+            t.missing(ctx, key, &format!("required for dataset {kind:?}"));
+            return None;
+        }
+        t.u32(ctx, key, min)
+    };
+    match kind {
+        "random" => {
+            let input_len = need_u32("input_len", 1);
+            let output_len = need_u32("output_len", 1);
+            let range_ratio = match t.get("range_ratio") {
+                None => Some(1.0),
+                Some(v) => match t.f64(ctx, "range_ratio") {
+                    Some(r) if r > 0.0 && r <= 1.0 => Some(r),
+                    Some(r) => {
+                        let msg = format!("must be in (0, 1] (1 = exact lengths), got {r}");
+                        ctx.error(Some(&v.span()), &t.field("range_ratio"), msg);
+                        None
+                    }
+                    None => None,
+                },
+            };
+            Some(Dataset::Random {
+                input_len: input_len?,
+                output_len: output_len?,
+                range_ratio: range_ratio?,
+            })
+        }
+        "shared-prefix" => {
+            let groups = need_u32("groups", 1);
+            let prompts_per_group = need_u32("prompts_per_group", 1);
+            let prefix_len = need_u32("prefix_len", 1);
+            let suffix_len = need_u32("suffix_len", 0);
+            let output_len = need_u32("output_len", 1);
+            Some(Dataset::SharedPrefix {
+                groups: groups?,
+                prompts_per_group: prompts_per_group?,
+                prefix_len: prefix_len?,
+                suffix_len: suffix_len?,
+                output_len: output_len?,
+            })
+        }
+        _ => {
+            let path = t.required_string(ctx, "path", &format!("required for dataset {kind:?}"));
+            let output_len = if t.has("output_len") {
+                t.u32(ctx, "output_len", 0)
+            } else {
+                Some(0)
+            };
+            let (path, output_len) = (path?, output_len?);
+            Some(match kind {
+                "sharegpt" => Dataset::ShareGpt { path, output_len },
+                "jsonl" => Dataset::Jsonl { path, output_len },
+                _ => Dataset::Trace { path },
+            })
+        }
+    }
+}
