@@ -18,8 +18,8 @@ pub mod flags;
 mod identity;
 mod kind;
 pub mod logs;
-// pub mod metrics;
-// pub mod prom;
+pub mod metrics;
+pub mod prom;
 pub mod pyrepr;
 
 pub use crash::{Crash, CrashClass, ExitInfo, classify};
@@ -27,4 +27,4 @@ pub use defaults::{KindDefaults, defaults};
 pub use identity::config_id;
 pub use kind::{EngineKind, UnknownKind};
 pub use logs::{LogFact, LogParser, parser};
-// pub use metrics::{EngineMetricsData, Series, map_metrics, rate};
+pub use metrics::{EngineMetricsData, Series, map_metrics, rate};
