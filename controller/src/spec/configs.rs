@@ -280,6 +280,7 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
         return None;
     };
     let mut ok = !merged.broken;
+    let default_profile = merged.profile.as_deref().is_none_or(|p| p == kind.as_str());
     let mut flags = Vec::new();
     for (flag, (value, origin)) in &merged.flags {
         let value = match value {
@@ -287,7 +288,7 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
             FlagVal::On => None,
             FlagVal::Value(v) => Some(v.clone()),
         };
-        if let Err(problem) = flags::check(kind, flag, value.as_deref()) {
+        if let Err(problem) = flags::check(kind, default_profile, flag, value.as_deref()) {
             let span = if problem.about_name {
                 &origin.key_span
             } else {

@@ -3,6 +3,9 @@
 //! before any engine restarts.
 
 use fleetbench_engines::EngineKind;
+use fleetbench_engines::flags::{FlagError, builtin_rules, check_flag};
+
+use super::walk::suggest;
 
 /// Why a flag was refused, worded for a spec error.
 pub(crate) struct Problem {
@@ -11,7 +14,46 @@ pub(crate) struct Problem {
     pub(crate) message: String,
 }
 
-pub(crate) fn check(kind: EngineKind, name: &str, value: Option<&str>) -> Result<(), Problem> {
-    let _ = (kind, name, value);
-    Ok(())
+/// `generic` has no built-in rules: its agent profile lists its flags, so any flag passes
+/// here. A config that names its own `profile` may use flags that profile adds: an unknown
+/// name is then left to the agent, but a known flag's value is still checked.
+pub(crate) fn check(
+    kind: EngineKind,
+    default_profile: bool,
+    name: &str,
+    value: Option<&str>,
+) -> Result<(), Problem> {
+    if kind == EngineKind::Generic {
+        return Ok(());
+    }
+    let rules = builtin_rules(kind);
+    match check_flag(&rules, name, value) {
+        Ok(()) => Ok(()),
+        Err(FlagError::NotAllowed { .. }) if !default_profile => Ok(()),
+        Err(FlagError::NotAllowed { .. }) => {
+            let hint = match suggest(name, rules.iter().map(|r| r.name.as_str())) {
+                Some(s) => format!("did you mean {s:?}?"),
+                None => "a profile of its own in the agent's config can allow more".to_string(),
+            };
+            Err(Problem {
+                about_name: true,
+                message: format!("not a flag engine {kind} accepts ({hint})"),
+            })
+        }
+        Err(FlagError::BadValue { expected, got, .. }) => {
+            let got = match value {
+                None => "true (a switch)".to_string(),
+                Some(_) => format!("{got:?}"),
+            };
+            let hint = if value.is_some() && expected.contains("switch") {
+                " (write true to switch it on)"
+            } else {
+                ""
+            };
+            Err(Problem {
+                about_name: false,
+                message: format!("expected {expected}, got {got}{hint}"),
+            })
+        }
+    }
 }
