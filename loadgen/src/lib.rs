@@ -1,1 +1,28 @@
-//! fleetbench-loadgen
+//! fleetbench-loadgen: an OpenAI-compatible streaming load generator.
+//!
+//! A [`Runner`] resolves the model (`/v1/models`), builds every prompt once (shaped to exact token
+//! lengths with a local `tokenizer.json` or the server's `/tokenize`), then runs load levels:
+//! closed loop at a concurrency, or open loop at a request rate (Poisson or gamma arrivals,
+//! optionally capped). Latency counts from each request's intended send time, so queueing in the
+//! client or the server cannot hide (no coordinated omission); timestamps are taken as bytes
+//! arrive; token counts come from the server's `usage`.
+
+mod arrivals;
+mod client;
+mod config;
+mod dataset;
+mod error;
+mod level;
+mod report;
+mod runner;
+mod sse;
+mod stats;
+pub mod table;
+mod tokenize;
+
+pub use arrivals::{schedule, schedule_for};
+pub use config::{Api, BenchConfig, Bound, DatasetSpec, Level, Slo};
+pub use error::{Failure, FailureKind, LoadgenError};
+pub use report::{BenchReport, LevelOutcome, LevelReport, Progress, RequestRecord};
+pub use runner::{Runner, Shaping};
+pub use stats::{Stats, percentile_key};

@@ -1,0 +1,432 @@
+//! One HTTP/1.1 connection per stream slot, driven inside the slot's own task (no hand-off to a
+//! connection task per body chunk), and the streaming of one request over it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::error::{Failure, FailureKind, LoadgenError};
+use crate::sse::SseScanner;
+
+/// Where requests go: the resolved address, the `Host` header and a path prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub addr: SocketAddr,
+    pub authority: String,
+    pub prefix: String,
+    pub base_url: String,
+}
+
+impl Target {
+    /// Parses `http://host:port[/prefix]` and resolves the host once.
+    pub async fn resolve(base_url: &str) -> Result<Target, LoadgenError> {
+        let bad = |message: &str| LoadgenError::BaseUrl {
+            url: base_url.to_string(),
+            message: message.into(),
+        };
+        let uri: http::Uri = base_url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(bad(
+                    "https is not supported: the load generator runs next to the server",
+                ));
+            }
+            _ => return Err(bad("expected http://host:port")),
+        }
+        let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+        let port = authority.port_u16().unwrap_or(80);
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let addr = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| bad(&format!("cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| bad(&format!("{host} resolves to no address")))?;
+        Ok(Target {
+            addr,
+            authority: authority.as_str().to_string(),
+            prefix: uri.path().trim_end_matches('/').to_string(),
+            base_url: base_url.trim_end_matches('/').to_string(),
+        })
+    }
+
+    pub fn request(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Bytes,
+    ) -> http::Request<Full<Bytes>> {
+        let mut req = http::Request::new(Full::new(body));
+        *req.method_mut() = method;
+        *req.uri_mut() = format!("{}{}", self.prefix, path)
+            .parse()
+            .unwrap_or_else(|_| http::Uri::from_static("/"));
+        let h = req.headers_mut();
+        if let Ok(v) = http::HeaderValue::from_str(&self.authority) {
+            h.insert(http::header::HOST, v);
+        }
+        h.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_static("text/event-stream, application/json"),
+        );
+        req
+    }
+}
+
+type Driver = Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
+
+/// A keep-alive connection whose driver is polled by whoever awaits on it.
+pub(crate) struct Conn {
+    sender: SendRequest<Full<Bytes>>,
+    driver: Driver,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("closed", &self.closed)
+            .finish()
+    }
+}
+
+pub(crate) fn connect_failure(e: &std::io::Error, addr: SocketAddr) -> Failure {
+    let kind = if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        FailureKind::ConnectRefused
+    } else {
+        FailureKind::Connect
+    };
+    Failure::new(kind, format!("connect to {addr}: {e}"))
+}
+
+impl Conn {
+    pub async fn open(addr: SocketAddr) -> Result<Conn, Failure> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| connect_failure(&e, addr))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, driver) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| {
+                Failure::new(
+                    FailureKind::Connect,
+                    format!("HTTP handshake with {addr}: {e}"),
+                )
+            })?;
+        Ok(Conn {
+            sender,
+            driver: Box::pin(driver),
+            closed: false,
+        })
+    }
+
+    pub fn usable(&self) -> bool {
+        !self.closed && !self.sender.is_closed()
+    }
+
+    /// Awaits `fut` while polling the connection driver in the same task.
+    async fn drive<T>(driver: &mut Driver, closed: &mut bool, fut: impl Future<Output = T>) -> T {
+        let mut fut = std::pin::pin!(fut);
+        std::future::poll_fn(|cx| {
+            if !*closed && driver.as_mut().poll(cx).is_ready() {
+                *closed = true;
+            }
+            fut.as_mut().poll(cx)
+        })
+        .await
+    }
+
+    /// Sends `req`; returns the response head once it arrives, with the actual send instant.
+    pub async fn send(
+        &mut self,
+        req: http::Request<Full<Bytes>>,
+    ) -> Result<(Instant, http::Response<Incoming>), Failure> {
+        let Conn {
+            sender,
+            driver,
+            closed,
+        } = self;
+        Self::drive(driver, closed, sender.ready())
+            .await
+            .map_err(|e| {
+                Failure::new(
+                    FailureKind::StreamClosedEarly,
+                    format!("connection not ready: {e}"),
+                )
+            })?;
+        let sent = Instant::now();
+        let resp = Self::drive(driver, closed, sender.send_request(req))
+            .await
+            .map_err(|e| {
+                let kind = if e.is_incomplete_message() || e.is_canceled() {
+                    FailureKind::StreamClosedEarly
+                } else {
+                    FailureKind::Io
+                };
+                Failure::new(kind, format!("request failed: {e}"))
+            })?;
+        Ok((sent, resp))
+    }
+
+    /// The next body chunk with the instant it arrived (taken before anything looks at it);
+    /// `Ok(None)` at the clean end of the body.
+    pub async fn next_chunk(
+        &mut self,
+        body: &mut Incoming,
+    ) -> Result<Option<(Instant, Bytes)>, hyper::Error> {
+        let Conn { driver, closed, .. } = self;
+        loop {
+            match Self::drive(driver, closed, body.frame()).await {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(e),
+                Some(Ok(frame)) => {
+                    let at = Instant::now();
+                    if let Ok(data) = frame.into_data() {
+                        return Ok(Some((at, data)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads a whole (small) body, for error messages and set-up calls; stops at `limit` bytes.
+    pub async fn read_body(
+        &mut self,
+        body: &mut Incoming,
+        limit: usize,
+    ) -> Result<Vec<u8>, hyper::Error> {
+        let mut out = Vec::new();
+        while let Some((_, chunk)) = self.next_chunk(body).await? {
+            out.extend_from_slice(&chunk[..chunk.len().min(limit.saturating_sub(out.len()))]);
+            if out.len() >= limit {
+                self.closed = true; // the rest is unread: the connection cannot be reused
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What one streamed request measured. Instants are absolute; the runner makes them relative.
+#[derive(Debug)]
+pub(crate) struct Streamed {
+    pub sent: Instant,
+    pub first_byte: Option<Instant>,
+    pub end: Instant,
+    /// `usage` from the stream: (prompt_tokens, completion_tokens).
+    pub usage: Option<(u64, u64)>,
+    /// Tokens counted from content chunks (used when the server sends no usage).
+    pub counted_tokens: u64,
+}
+
+/// Per-slot reusable buffers: the SSE scanner and the token chunk list `(arrival, tokens)`.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub scanner: SseScanner,
+    pub chunks: Vec<(Instant, u32)>,
+}
+
+/// Streams one request over `conn`; token-bearing chunks land in `scratch.chunks`.
+pub(crate) async fn stream_request(
+    conn: &mut Conn,
+    req: http::Request<Full<Bytes>>,
+    scratch: &mut Scratch,
+) -> Result<Streamed, Failure> {
+    scratch.scanner.reset();
+    scratch.chunks.clear();
+    let (sent, resp) = conn.send(req).await?;
+    let (head, mut body) = resp.into_parts();
+    if head.status != http::StatusCode::OK {
+        let text = conn.read_body(&mut body, 2048).await.unwrap_or_default();
+        conn.closed = true;
+        return Err(Failure::new(
+            FailureKind::HttpStatus(head.status.as_u16()),
+            format!(
+                "HTTP {}: {}",
+                head.status,
+                String::from_utf8_lossy(&text).trim()
+            ),
+        ));
+    }
+    let mut first_byte = None;
+    let mut usage: Option<(u64, u64)> = None;
+    let mut counted = 0u64;
+    let mut done: Option<Instant> = None;
+    let mut finished = false;
+    let mut failure: Option<Failure> = None;
+    let mut first_event = true;
+    loop {
+        let next = conn.next_chunk(&mut body).await;
+        let (at, data) = match next {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => {
+                conn.closed = true;
+                if done.is_some() {
+                    break;
+                }
+                return Err(Failure::new(
+                    FailureKind::StreamClosedEarly,
+                    format!("stream broke after {counted} tokens: {e}"),
+                ));
+            }
+        };
+        first_byte.get_or_insert(at);
+        if done.is_some() {
+            continue; // draining the body's end so the connection can be reused
+        }
+        let chunks = &mut scratch.chunks;
+        scratch.scanner.feed(&data, |ev, raw| {
+            if ev.done {
+                done = Some(at);
+                return false;
+            }
+            if ev.malformed
+                || (first_event && serde_json::from_slice::<serde::de::IgnoredAny>(raw).is_err())
+            {
+                failure = Some(Failure::new(
+                    FailureKind::BadJson,
+                    format!(
+                        "bad event: {}",
+                        String::from_utf8_lossy(&raw[..raw.len().min(200)])
+                    ),
+                ));
+                return false;
+            }
+            first_event = false;
+            if ev.error {
+                failure = Some(Failure::new(
+                    FailureKind::ServerError,
+                    String::from_utf8_lossy(&raw[..raw.len().min(500)]).into_owned(),
+                ));
+                return false;
+            }
+            // Continuous usage gives the exact token count of each chunk; otherwise a chunk with
+            // content is one token.
+            let tokens = match ev.usage {
+                Some((_, completion)) => {
+                    let before = usage.map_or(0, |u| u.1);
+                    usage = ev.usage;
+                    completion.saturating_sub(before)
+                }
+                None => u64::from(ev.has_content),
+            };
+            if tokens > 0 {
+                counted += tokens;
+                chunks.push((at, tokens.min(u64::from(u32::MAX)) as u32));
+            }
+            finished |= ev.finished;
+            true
+        });
+        if failure.is_some() {
+            conn.closed = true;
+            break;
+        }
+    }
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    let end = match done {
+        Some(t) => t,
+        None if finished && !conn.closed => {
+            scratch.chunks.last().map_or_else(Instant::now, |c| c.0)
+        }
+        None => {
+            conn.closed = true;
+            return Err(Failure::new(
+                FailureKind::StreamClosedEarly,
+                format!("stream ended after {counted} tokens without [DONE]"),
+            ));
+        }
+    };
+    Ok(Streamed {
+        sent,
+        first_byte,
+        end,
+        usage,
+        counted_tokens: counted,
+    })
+}
+
+/// A one-shot JSON call for set-up (`/v1/models`, `/tokenize`): status and body.
+pub(crate) async fn call_json(
+    target: &Target,
+    method: http::Method,
+    path: &str,
+    body: Bytes,
+) -> Result<(u16, Vec<u8>), String> {
+    let mut conn = Conn::open(target.addr).await.map_err(|f| f.message)?;
+    let (_, resp) = conn
+        .send(target.request(method, path, body))
+        .await
+        .map_err(|f| f.message)?;
+    let (head, mut body) = resp.into_parts();
+    let bytes = conn
+        .read_body(&mut body, 64 << 20)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((head.status.as_u16(), bytes))
+}
+
+/// A connection kept for many set-up calls (prompt shaping makes one `/tokenize` call per prompt).
+#[derive(Debug)]
+pub(crate) struct SetupClient {
+    target: Target,
+    conn: Option<Conn>,
+}
+
+impl SetupClient {
+    pub fn new(target: Target) -> Self {
+        SetupClient { target, conn: None }
+    }
+
+    pub async fn call(
+        &mut self,
+        method: http::Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(u16, Vec<u8>), String> {
+        for attempt in 0..2 {
+            if !self.conn.as_ref().is_some_and(Conn::usable) {
+                self.conn = Some(Conn::open(self.target.addr).await.map_err(|f| f.message)?);
+            }
+            let conn = self.conn.as_mut().expect("connection opened above");
+            let resp = conn
+                .send(self.target.request(method.clone(), path, body.clone()))
+                .await;
+            let (_, resp) = match resp {
+                Ok(r) => r,
+                Err(f) if attempt == 0 && f.kind == FailureKind::StreamClosedEarly => {
+                    self.conn = None; // a keep-alive connection the server had closed
+                    continue;
+                }
+                Err(f) => return Err(f.message),
+            };
+            let (head, mut b) = resp.into_parts();
+            let bytes = conn
+                .read_body(&mut b, 64 << 20)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok((head.status.as_u16(), bytes));
+        }
+        Err("connection closed twice".into())
+    }
+}

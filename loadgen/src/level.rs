@@ -1,0 +1,215 @@
+//! Reduces measured requests into a level's statistics.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use crate::client::Streamed;
+use crate::config::{BenchConfig, Slo};
+use crate::dataset::Prompt;
+use crate::error::Failure;
+use crate::report::{LevelReport, RequestRecord};
+use crate::stats::Dist;
+
+/// What one request gave, borrowed from its slot.
+pub(crate) struct Measured<'a> {
+    pub index: u64,
+    pub intended: Instant,
+    pub prompt: &'a Prompt,
+    pub outcome: Result<Streamed, Failure>,
+    /// `(arrival, tokens)` of each token-bearing chunk.
+    pub chunks: &'a [(Instant, u32)],
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Accum {
+    ttft: Dist,
+    itl: Dist,
+    tpot: Dist,
+    e2e: Dist,
+    queue: Dist,
+    completed: u64,
+    failed: u64,
+    good: u64,
+    failures: BTreeMap<String, u64>,
+    first_failure: Option<String>,
+    input_tokens: u64,
+    output_tokens: u64,
+    last_end: Option<Instant>,
+    pub records: Vec<RequestRecord>,
+}
+
+fn ns(a: Instant, b: Instant) -> u64 {
+    b.saturating_duration_since(a).as_nanos() as u64
+}
+
+fn ms(a: Instant, b: Instant) -> f64 {
+    b.saturating_duration_since(a).as_secs_f64() * 1e3
+}
+
+impl Accum {
+    pub fn add(
+        &mut self,
+        m: Measured<'_>,
+        start: Instant,
+        slo: Option<&Slo>,
+        details: bool,
+        level_index: usize,
+    ) {
+        let s = match m.outcome {
+            Err(f) => {
+                self.failed += 1;
+                *self.failures.entry(f.kind.key()).or_default() += 1;
+                if self.first_failure.is_none() {
+                    self.first_failure = Some(format!("{}: {}", f.kind.key(), f.message));
+                }
+                if details {
+                    self.records.push(RequestRecord {
+                        level_index,
+                        index: m.index,
+                        intended_ms: ms(start, m.intended),
+                        sent_ms: None,
+                        first_byte_ms: None,
+                        ttft_ms: None,
+                        e2e_ms: None,
+                        expected_input_tokens: m.prompt.input_len,
+                        max_tokens: m.prompt.output_len,
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        usage_reported: false,
+                        token_ms: Vec::new(),
+                        error_kind: Some(f.kind.key()),
+                        error: Some(f.message),
+                    });
+                }
+                return;
+            }
+            Ok(s) => s,
+        };
+        self.completed += 1;
+        let (input, output) = match s.usage {
+            Some((p, c)) => (p, c),
+            None => (u64::from(m.prompt.input_len.unwrap_or(0)), s.counted_tokens),
+        };
+        self.input_tokens += input;
+        self.output_tokens += output;
+        self.last_end = Some(self.last_end.map_or(s.end, |e| e.max(s.end)));
+        self.queue.record(ns(m.intended, s.sent));
+        let e2e = ns(m.intended, s.end);
+        self.e2e.record(e2e);
+        let mut ttft = None;
+        if let Some(&(first, _)) = m.chunks.first() {
+            let t = ns(m.intended, first);
+            ttft = Some(t);
+            self.ttft.record(t);
+            let mut prev = first;
+            for &(at, k) in &m.chunks[1..] {
+                let gap = ns(prev, at);
+                self.itl.record_n(gap / u64::from(k), u64::from(k));
+                prev = at;
+            }
+        }
+        let tpot = match ttft {
+            Some(t) if output > 1 => {
+                let v = e2e.saturating_sub(t) / (output - 1);
+                self.tpot.record(v);
+                Some(v)
+            }
+            _ => None,
+        };
+        let meets = |limit: Option<f64>, value: Option<u64>| match (limit, value) {
+            (None, _) => true,
+            (Some(l), Some(v)) => v as f64 / 1e6 <= l,
+            (Some(_), None) => false,
+        };
+        let good = slo.is_none_or(|slo| {
+            meets(slo.ttft_ms, ttft)
+                && meets(slo.e2e_ms, Some(e2e))
+                && (slo.itl_ms.is_none() || output <= 1 || meets(slo.itl_ms, tpot))
+        });
+        self.good += u64::from(good);
+        if details {
+            let mut token_ms = Vec::with_capacity(output as usize);
+            for &(at, k) in m.chunks {
+                for _ in 0..k {
+                    token_ms.push(ms(m.intended, at));
+                }
+            }
+            self.records.push(RequestRecord {
+                level_index,
+                index: m.index,
+                intended_ms: ms(start, m.intended),
+                sent_ms: Some(ms(start, s.sent)),
+                first_byte_ms: s.first_byte.map(|t| ms(m.intended, t)),
+                ttft_ms: ttft.map(|t| t as f64 / 1e6),
+                e2e_ms: Some(e2e as f64 / 1e6),
+                expected_input_tokens: m.prompt.input_len,
+                max_tokens: m.prompt.output_len,
+                input_tokens: input,
+                output_tokens: output,
+                usage_reported: s.usage.is_some(),
+                token_ms,
+                error_kind: None,
+                error: None,
+            });
+        }
+    }
+
+    /// Fills `r` from what was accumulated.
+    pub fn finish(
+        &self,
+        r: &mut LevelReport,
+        cfg: &BenchConfig,
+        start: Instant,
+        peak: u32,
+        cancelled: bool,
+        stop: Option<String>,
+    ) {
+        let p = &cfg.percentiles;
+        r.completed = self.completed;
+        r.failed = self.failed;
+        r.failures_by_kind = self.failures.clone();
+        let end = self.last_end.unwrap_or_else(Instant::now);
+        r.duration_s = end.saturating_duration_since(start).as_secs_f64();
+        r.input_tokens = self.input_tokens;
+        r.output_tokens = self.output_tokens;
+        let per_s = |x: u64| {
+            if r.duration_s > 0.0 {
+                x as f64 / r.duration_s
+            } else {
+                0.0
+            }
+        };
+        r.output_tokens_per_s = per_s(self.output_tokens);
+        r.total_tokens_per_s = per_s(self.input_tokens + self.output_tokens);
+        r.requests_per_s = per_s(self.completed);
+        r.goodput_requests_per_s = per_s(self.good);
+        r.peak_concurrency = peak;
+        r.ttft_ms = self.ttft.stats(p);
+        r.itl_ms = self.itl.stats(p);
+        r.tpot_ms = self.tpot.stats(p);
+        r.e2e_ms = self.e2e.stats(p);
+        r.queue_ms = self.queue.stats(p);
+        r.cancelled = cancelled;
+        r.error = match (self.completed, stop) {
+            (_, Some(s)) => Some(s),
+            (0, None) if self.failed > 0 => {
+                let kinds: Vec<String> = self
+                    .failures
+                    .iter()
+                    .map(|(k, n)| format!("{n} × {k}"))
+                    .collect();
+                Some(format!(
+                    "all {} requests failed ({}); first: {}",
+                    self.failed,
+                    kinds.join(", "),
+                    self.first_failure.as_deref().unwrap_or("?")
+                ))
+            }
+            (0, None) if !cancelled => Some("no request was sent".into()),
+            _ => None,
+        };
+        if r.error.is_some() && self.itl.count() == 0 && self.completed == 0 {
+            r.duration_s = start.elapsed().as_secs_f64();
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! What a level returns: the report (the JSON users script against), per-request records, and
+//! progress updates.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::Stats;
+
+/// Results of one load level. `{"levels": [LevelReport, ...]}` is the JSON of `--output-json`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct LevelReport {
+    pub concurrency: Option<u32>,
+    pub request_rate: Option<f64>,
+    pub completed: u64,
+    pub failed: u64,
+    pub failures_by_kind: BTreeMap<String, u64>,
+    /// From the level's start (after warm-up) to the last completion.
+    pub duration_s: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub output_tokens_per_s: f64,
+    pub total_tokens_per_s: f64,
+    pub requests_per_s: f64,
+    /// Completed requests per second that met every SLO (equal to `requests_per_s` without SLOs).
+    pub goodput_requests_per_s: f64,
+    pub peak_concurrency: u32,
+    /// From the intended send time to the first token.
+    pub ttft_ms: Stats,
+    /// Per token: a chunk carrying k tokens after a gap g counts k gaps of g/k.
+    pub itl_ms: Stats,
+    /// Per request: (e2e − ttft) / (output tokens − 1).
+    pub tpot_ms: Stats,
+    /// From the intended send time to the end of the stream.
+    pub e2e_ms: Stats,
+    /// Client-side queueing: from the intended to the actual send time.
+    pub queue_ms: Stats,
+    pub cancelled: bool,
+    /// Why the level produced nothing (or stopped early), in words.
+    pub error: Option<String>,
+}
+
+/// The `--output-json` document.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct BenchReport {
+    pub levels: Vec<LevelReport>,
+}
+
+/// One request as measured, for `--output-details` (JSON lines). Times are milliseconds from
+/// the level's start; latencies from the intended send time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    pub level_index: usize,
+    pub index: u64,
+    pub intended_ms: f64,
+    pub sent_ms: Option<f64>,
+    pub first_byte_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+    /// Intended prompt tokens (from shaping), when known.
+    pub expected_input_tokens: Option<u32>,
+    /// `max_tokens` sent.
+    pub max_tokens: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Whether token counts came from the server's `usage` (else counted from chunks).
+    pub usage_reported: bool,
+    /// Arrival of each token, ms from the intended send time.
+    pub token_ms: Vec<f64>,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+}
+
+/// A level's progress, sent a few times a second and once at the end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub level_index: usize,
+    pub completed: u64,
+    pub failed: u64,
+    pub total: Option<u64>,
+    pub elapsed: Duration,
+}
+
+/// A level's report with its per-request records (empty unless asked for).
+#[derive(Debug, Clone)]
+pub struct LevelOutcome {
+    pub report: LevelReport,
+    pub records: Vec<RequestRecord>,
+}
