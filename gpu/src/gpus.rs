@@ -94,22 +94,35 @@ impl Gpus {
 
     /// (driver version, CUDA driver version); empty strings without NVML.
     pub fn driver_versions(&self) -> (String, String) {
-        self.source().map(|s| s.driver_versions()).unwrap_or_default()
+        self.source()
+            .map(|s| s.driver_versions())
+            .unwrap_or_default()
     }
 
     /// Facts of every GPU; a GPU NVML cannot open is left out.
     pub fn facts(&self) -> Vec<GpuInfo> {
-        let Some(src) = self.source() else { return Vec::new() };
-        (0..src.device_count()).filter_map(|i| src.facts(i).ok()).collect()
+        let Some(src) = self.source() else {
+            return Vec::new();
+        };
+        (0..src.device_count())
+            .filter_map(|i| src.facts(i).ok())
+            .collect()
     }
 
     /// One telemetry sample of every GPU. Returns in microseconds: PCIe and NVLink rates come
     /// from the background sampler (started by the first call, so they appear from about the
     /// second call on).
     pub fn sample(&self) -> Vec<GpuSampleData> {
-        let Some(src) = self.source() else { return Vec::new() };
+        let Some(src) = self.source() else {
+            return Vec::new();
+        };
         self.start_sampler();
-        let links = self.inner.links.lock().map(|l| l.clone()).unwrap_or_default();
+        let links = self
+            .inner
+            .links
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
         (0..src.device_count())
             .map(|i| {
                 let mut s = src.sample_fast(i);
@@ -128,8 +141,12 @@ impl Gpus {
 
     /// Processes holding memory on any GPU.
     pub fn gpu_processes(&self) -> Vec<GpuProcess> {
-        let Some(src) = self.source() else { return Vec::new() };
-        (0..src.device_count()).flat_map(|i| src.processes(i)).collect()
+        let Some(src) = self.source() else {
+            return Vec::new();
+        };
+        (0..src.device_count())
+            .flat_map(|i| src.processes(i))
+            .collect()
     }
 
     fn start_sampler(&self) {
@@ -163,11 +180,15 @@ fn link_sampler(weak: Weak<Inner>) {
 }
 
 fn sample_links_round(inner: &Inner) {
-    let Some(src) = inner.source.as_deref() else { return };
+    let Some(src) = inner.source.as_deref() else {
+        return;
+    };
     for i in 0..src.device_count() {
         let counters = src.link_counters(i);
         let now = Instant::now();
-        let Ok(mut links) = inner.links.lock() else { return };
+        let Ok(mut links) = inner.links.lock() else {
+            return;
+        };
         if links.len() <= i as usize {
             links.resize(i as usize + 1, LinkState::default());
         }
@@ -191,3 +212,7 @@ fn next_link_state(prev: LinkState, counters: LinkCounters, now: Instant) -> Lin
         nvlink_rx_bytes_per_s: rate(prev.counters.nvlink_rx_bytes, counters.nvlink_rx_bytes),
     }
 }
+
+#[cfg(test)]
+#[path = "gpus_tests.rs"]
+mod tests;

@@ -161,15 +161,25 @@ impl GpuSource for NvmlSource {
             pcie_max_link_gen: dev.max_pcie_link_gen().unwrap_or(0),
             pcie_max_link_width: dev.max_pcie_link_width().unwrap_or(0),
             nvlink_active_count: links.len() as u32,
-            nvlink_speed_gbps: if links.is_empty() { None } else { nvlink_speed_gbps(&dev) },
+            nvlink_speed_gbps: if links.is_empty() {
+                None
+            } else {
+                nvlink_speed_gbps(&dev)
+            },
             numa_node: dev.numa_node_id().ok().and_then(|n| i32::try_from(n).ok()),
-            power_limit_w: dev.enforced_power_limit().ok().map(|mw| f64::from(mw) / 1000.0),
+            power_limit_w: dev
+                .enforced_power_limit()
+                .ok()
+                .map(|mw| f64::from(mw) / 1000.0),
         })
     }
 
     fn sample_fast(&self, index: u32) -> GpuSampleData {
         let Ok(dev) = self.device(index) else {
-            return GpuSampleData { index, ..Default::default() };
+            return GpuSampleData {
+                index,
+                ..Default::default()
+            };
         };
         let util = dev.utilization_rates().ok();
         let mem = dev.memory_info().ok();
@@ -209,7 +219,10 @@ impl GpuSource for NvmlSource {
             return Vec::new();
         };
         let mut out: Vec<GpuProcess> = Vec::new();
-        let lists = [dev.running_compute_processes(), dev.running_graphics_processes()];
+        let lists = [
+            dev.running_compute_processes(),
+            dev.running_graphics_processes(),
+        ];
         for p in lists.into_iter().flatten().flatten() {
             if out.iter().any(|q| q.pid == p.pid) {
                 continue;
@@ -218,7 +231,11 @@ impl GpuSource for NvmlSource {
                 UsedGpuMemory::Used(b) => Some(b),
                 UsedGpuMemory::Unavailable => None,
             };
-            out.push(GpuProcess { gpu: index, pid: p.pid, used_bytes });
+            out.push(GpuProcess {
+                gpu: index,
+                pid: p.pid,
+                used_bytes,
+            });
         }
         out
     }

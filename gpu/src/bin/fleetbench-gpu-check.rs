@@ -19,17 +19,31 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { samples: 5, interval_ms: 500, opts: ProbeOptions::default(), json: None, probe: true };
+    let mut a = Args {
+        samples: 5,
+        interval_ms: 500,
+        opts: ProbeOptions::default(),
+        json: None,
+        probe: true,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        let num = |name: &str, v: String| v.parse::<u64>().map_err(|_| format!("{name}: {v:?} is not a number"));
+        let num = |name: &str, v: String| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{name}: {v:?} is not a number"))
+        };
         match flag.as_str() {
             "--samples" => a.samples = num("--samples", value("--samples")?)? as u32,
             "--interval-ms" => a.interval_ms = num("--interval-ms", value("--interval-ms")?)?,
-            "--buffer-mib" => a.opts.buffer_bytes = num("--buffer-mib", value("--buffer-mib")?)? << 20,
+            "--buffer-mib" => {
+                a.opts.buffer_bytes = num("--buffer-mib", value("--buffer-mib")?)? << 20
+            }
             "--repeats" => a.opts.repeats = num("--repeats", value("--repeats")?)? as u32,
-            "--pairs" => a.opts.pairs = Some(p2p::parse_pairs(&value("--pairs")?).map_err(|e| e.to_string())?),
+            "--pairs" => {
+                a.opts.pairs =
+                    Some(p2p::parse_pairs(&value("--pairs")?).map_err(|e| e.to_string())?)
+            }
             "--json" => a.json = Some(value("--json")?),
             "--no-probe" => a.probe = false,
             other => return Err(format!("unknown flag {other}")),
@@ -64,12 +78,19 @@ fn main() -> ExitCode {
         let samples = gpus.sample();
         let took = t.elapsed();
         for s in &samples {
-            println!("sample {n} ({:.3} ms): {}", took.as_secs_f64() * 1e3, serde_json::to_string(s).unwrap_or_default());
+            println!(
+                "sample {n} ({:.3} ms): {}",
+                took.as_secs_f64() * 1e3,
+                serde_json::to_string(s).unwrap_or_default()
+            );
         }
         std::thread::sleep(Duration::from_millis(args.interval_ms));
     }
     let procs = gpus.gpu_processes();
-    println!("GPU processes: {}", serde_json::to_string(&procs).unwrap_or_default());
+    println!(
+        "GPU processes: {}",
+        serde_json::to_string(&procs).unwrap_or_default()
+    );
     if !args.probe {
         return ExitCode::SUCCESS;
     }

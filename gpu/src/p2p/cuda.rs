@@ -25,7 +25,10 @@ pub const LATENCY_BYTES: usize = 16;
 const RUN_DEADLINE: Duration = Duration::from_secs(60);
 
 fn cuda_err(step: &str) -> impl Fn(DriverError) -> ProbeError + '_ {
-    move |e| ProbeError::Cuda { step: step.to_string(), message: e.to_string() }
+    move |e| ProbeError::Cuda {
+        step: step.to_string(),
+        message: e.to_string(),
+    }
 }
 
 /// A page of pinned host memory the GPUs can read: the "go" flag for held streams.
@@ -100,14 +103,20 @@ pub fn pci_location(ordinal: u32) -> Result<(u32, u32, u32), ProbeError> {
 impl Cuda {
     /// Opens every CUDA device (by ordinal) and allocates two buffers of `buffer_bytes` on each.
     pub fn open(ordinals: u32, buffer_bytes: usize) -> Result<Cuda, ProbeError> {
-        let mut cuda = Cuda { gpus: Vec::new(), flag: None, hold_works: true, buffer_bytes };
+        let mut cuda = Cuda {
+            gpus: Vec::new(),
+            flag: None,
+            hold_works: true,
+            buffer_bytes,
+        };
         for i in 0..ordinals {
             let ctx = CudaContext::new(i as usize).map_err(cuda_err("cuDevicePrimaryCtxRetain"))?;
             ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))?;
             if cuda.flag.is_none() {
                 let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
                 // SAFETY: a context is current; the 4 bytes are written before any read.
-                let host = unsafe { result::malloc_host(4, flags) }.map_err(cuda_err("cuMemHostAlloc"))?;
+                let host =
+                    unsafe { result::malloc_host(4, flags) }.map_err(cuda_err("cuMemHostAlloc"))?;
                 let flag = HostFlag { host: host.cast() };
                 flag.set(1);
                 cuda.flag = Some(flag);
@@ -130,8 +139,10 @@ impl Cuda {
                 unsafe {
                     gpu.a = result::malloc_sync(buffer_bytes).map_err(cuda_err("cuMemAlloc"))?;
                     gpu.b = result::malloc_sync(buffer_bytes).map_err(cuda_err("cuMemAlloc"))?;
-                    result::memset_d8_sync(gpu.a, 0x5a, buffer_bytes).map_err(cuda_err("cuMemsetD8"))?;
-                    result::memset_d8_sync(gpu.b, 0, buffer_bytes).map_err(cuda_err("cuMemsetD8"))?;
+                    result::memset_d8_sync(gpu.a, 0x5a, buffer_bytes)
+                        .map_err(cuda_err("cuMemsetD8"))?;
+                    result::memset_d8_sync(gpu.b, 0, buffer_bytes)
+                        .map_err(cuda_err("cuMemsetD8"))?;
                     let mut dptr: sys::CUdeviceptr = 0;
                     sys::cuMemHostGetDevicePointer_v2(&mut dptr, host.cast(), 0)
                         .result()
@@ -158,7 +169,10 @@ impl Cuda {
     }
 
     fn bind(&self, i: usize) -> Result<(), ProbeError> {
-        self.gpus[i].ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))
+        self.gpus[i]
+            .ctx
+            .bind_to_thread()
+            .map_err(cuda_err("cuCtxSetCurrent"))
     }
 
     /// Whether `src` can address `dst`'s memory directly.
@@ -166,7 +180,11 @@ impl Cuda {
         let mut can = 0;
         // SAFETY: both device handles come from live contexts.
         unsafe {
-            sys::cuDeviceCanAccessPeer(&mut can, self.gpus[src].ctx.cu_device(), self.gpus[dst].ctx.cu_device())
+            sys::cuDeviceCanAccessPeer(
+                &mut can,
+                self.gpus[src].ctx.cu_device(),
+                self.gpus[dst].ctx.cu_device(),
+            )
         }
         .result()
         .map_err(cuda_err("cuDeviceCanAccessPeer"))?;
@@ -191,7 +209,11 @@ impl Cuda {
                 | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
                 | sys::CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => {}
                 other => {
-                    let step = if enabled { "cuCtxEnablePeerAccess" } else { "cuCtxDisablePeerAccess" };
+                    let step = if enabled {
+                        "cuCtxEnablePeerAccess"
+                    } else {
+                        "cuCtxDisablePeerAccess"
+                    };
                     return Err(cuda_err(step)(DriverError(other)));
                 }
             }
@@ -232,7 +254,9 @@ impl Cuda {
                 Ok(()) => break,
                 Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => {
                     if Instant::now() > deadline {
-                        return Err(ProbeError::Timeout { seconds: RUN_DEADLINE.as_secs() });
+                        return Err(ProbeError::Timeout {
+                            seconds: RUN_DEADLINE.as_secs(),
+                        });
                     }
                     std::thread::sleep(Duration::from_micros(50));
                 }
@@ -240,16 +264,24 @@ impl Cuda {
             }
         }
         // SAFETY: both events were recorded and `stop` has completed.
-        let ms = unsafe { result::event::elapsed(start, stop) }.map_err(cuda_err("cuEventElapsedTime"))?;
+        let ms = unsafe { result::event::elapsed(start, stop) }
+            .map_err(cuda_err("cuEventElapsedTime"))?;
         Ok(f64::from(ms))
     }
 
-    fn copy(&self, src: usize, dst: usize, bytes: usize, stream: sys::CUstream) -> Result<(), ProbeError> {
+    fn copy(
+        &self,
+        src: usize,
+        dst: usize,
+        bytes: usize,
+        stream: sys::CUstream,
+    ) -> Result<(), ProbeError> {
         let (s, d) = (&self.gpus[src], &self.gpus[dst]);
         // SAFETY: buffers are live and at least `bytes` long; the stream's context is current.
         unsafe {
             if src == dst {
-                result::memcpy_dtod_async(d.b, s.a, bytes, stream).map_err(cuda_err("cuMemcpyDtoDAsync"))
+                result::memcpy_dtod_async(d.b, s.a, bytes, stream)
+                    .map_err(cuda_err("cuMemcpyDtoDAsync"))
             } else {
                 result::memcpy_peer_async(d.ctx.cu_ctx(), d.b, s.ctx.cu_ctx(), s.a, bytes, stream)
                     .map_err(cuda_err("cuMemcpyPeerAsync"))
@@ -260,7 +292,14 @@ impl Cuda {
     /// One timed run of `copies` copies `src` → `dst` on `src`'s stream; seconds.
     /// `hold`: keep the stream waiting while enqueuing (never for staged copies, whose enqueue
     /// may itself wait on the stream).
-    pub fn time_uni(&mut self, src: usize, dst: usize, bytes: usize, copies: u32, hold: bool) -> Result<f64, ProbeError> {
+    pub fn time_uni(
+        &mut self,
+        src: usize,
+        dst: usize,
+        bytes: usize,
+        copies: u32,
+        hold: bool,
+    ) -> Result<f64, ProbeError> {
         let bytes = bytes.min(self.buffer_bytes);
         self.bind(src)?;
         let (stream, start, stop) = (self.gpus[src].s0, self.gpus[src].start, self.gpus[src].stop);
@@ -283,7 +322,14 @@ impl Cuda {
 
     /// One timed run of `copies` copies each way at once (`src` → `dst` on `src`'s stream,
     /// `dst` → `src` on `dst`'s); seconds from the first start to the last end.
-    pub fn time_bidi(&mut self, src: usize, dst: usize, bytes: usize, copies: u32, hold: bool) -> Result<f64, ProbeError> {
+    pub fn time_bidi(
+        &mut self,
+        src: usize,
+        dst: usize,
+        bytes: usize,
+        copies: u32,
+        hold: bool,
+    ) -> Result<f64, ProbeError> {
         let bytes = bytes.min(self.buffer_bytes);
         let (s0, start, stop) = (self.gpus[src].s0, self.gpus[src].start, self.gpus[src].stop);
         let (s1, mid) = (self.gpus[dst].s1, self.gpus[dst].mid);
@@ -294,8 +340,12 @@ impl Cuda {
             unsafe {
                 result::event::record(start, s0).map_err(cuda_err("cuEventRecord"))?;
                 self.bind(dst)?;
-                result::stream::wait_event(s1, start, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-                    .map_err(cuda_err("cuStreamWaitEvent"))?;
+                result::stream::wait_event(
+                    s1,
+                    start,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+                .map_err(cuda_err("cuStreamWaitEvent"))?;
                 for _ in 0..copies {
                     self.copy(dst, src, bytes, s1)?;
                 }

@@ -56,7 +56,10 @@ pub fn expected_link(link: &PairLink) -> (f64, String) {
             );
             (raw * PCIE_EFFICIENCY, words)
         }
-        _ => (0.0, "unknown link (NVML reported neither NVLink nor PCIe)".to_string()),
+        _ => (
+            0.0,
+            "unknown link (NVML reported neither NVLink nor PCIe)".to_string(),
+        ),
     }
 }
 
@@ -79,7 +82,9 @@ pub fn diagnose(link: &PairLink, m: &PairMeasurement, expected_gbps: f64) -> Vec
 
     if !m.cuda_can_access_peer {
         let through_host = m.uni_disabled_gbps.or(m.uni_enabled_gbps);
-        let measured = through_host.map(|g| format!("{g:.0} GB/s, ")).unwrap_or_default();
+        let measured = through_host
+            .map(|g| format!("{g:.0} GB/s, "))
+            .unwrap_or_default();
         if nvlink || link.pcie_gen > 0 {
             out.push(format!(
                 "peer access unavailable: traffic goes through the host bridge ({measured}expected ~{expected_gbps:.0} GB/s over {via})"
@@ -117,7 +122,15 @@ pub fn diagnose(link: &PairLink, m: &PairMeasurement, expected_gbps: f64) -> Vec
         }
         // A link that carries far more than NVML's facts allow means the facts are wrong
         // (e.g. NVLink hidden from a VM), which would mislead placement decisions.
-        if expected_gbps > 0.0 && uni > 1.3 * expected_gbps / if nvlink { NVLINK_EFFICIENCY } else { PCIE_EFFICIENCY } {
+        if expected_gbps > 0.0
+            && uni
+                > 1.3 * expected_gbps
+                    / if nvlink {
+                        NVLINK_EFFICIENCY
+                    } else {
+                        PCIE_EFFICIENCY
+                    }
+        {
             out.push(format!(
                 "measured {uni:.0} GB/s exceeds what {via} can carry: NVML's link facts are incomplete"
             ));
@@ -137,7 +150,9 @@ pub fn diagnose(link: &PairLink, m: &PairMeasurement, expected_gbps: f64) -> Vec
                 "P2P enabled but latency {lat:.1} µs, expected ~2–3 µs over {via}"
             ));
         } else if !nvlink && lat > PCIE_LATENCY_US {
-            out.push(format!("P2P enabled but latency {lat:.0} µs: virtualised PCIe path"));
+            out.push(format!(
+                "P2P enabled but latency {lat:.0} µs: virtualised PCIe path"
+            ));
         }
     }
     out

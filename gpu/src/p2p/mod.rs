@@ -36,7 +36,11 @@ pub struct ProbeOptions {
 
 impl Default for ProbeOptions {
     fn default() -> Self {
-        ProbeOptions { buffer_bytes: DEFAULT_BUFFER_BYTES, repeats: DEFAULT_REPEATS, pairs: None }
+        ProbeOptions {
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            repeats: DEFAULT_REPEATS,
+            pairs: None,
+        }
     }
 }
 
@@ -44,7 +48,9 @@ impl Default for ProbeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// libcuda could not be loaded: no NVIDIA driver on this host.
-    #[error("no CUDA driver: libcuda.so could not be loaded, so no GPU can be measured on this host")]
+    #[error(
+        "no CUDA driver: libcuda.so could not be loaded, so no GPU can be measured on this host"
+    )]
     NoCudaDriver,
     /// The driver loaded but reports no devices.
     #[error("no GPUs: the CUDA driver reports 0 devices")]
@@ -93,14 +99,19 @@ pub enum ProbeError {
 
 /// Parses "0-1,1-0" into ordered pairs.
 pub fn parse_pairs(input: &str) -> Result<Vec<(u32, u32)>, ProbeError> {
-    let bad = |reason: String| ProbeError::BadPairList { input: input.to_string(), reason };
+    let bad = |reason: String| ProbeError::BadPairList {
+        input: input.to_string(),
+        reason,
+    };
     let mut out = Vec::new();
     for part in input.split(',').map(str::trim) {
         let Some((s, d)) = part.split_once('-') else {
             return Err(bad(format!("{part:?} is not SRC-DST")));
         };
         let num = |t: &str| {
-            t.trim().parse::<u32>().map_err(|_| bad(format!("{t:?} in {part:?} is not a GPU index")))
+            t.trim()
+                .parse::<u32>()
+                .map_err(|_| bad(format!("{t:?} in {part:?} is not a GPU index")))
         };
         out.push((num(s)?, num(d)?));
     }
@@ -113,7 +124,10 @@ impl ProbeOptions {
         if self.buffer_bytes < LATENCY_BYTES as u64 {
             return Err(ProbeError::InvalidOption {
                 field: "buffer_bytes",
-                reason: format!("{} is below the minimum of {LATENCY_BYTES} bytes", self.buffer_bytes),
+                reason: format!(
+                    "{} is below the minimum of {LATENCY_BYTES} bytes",
+                    self.buffer_bytes
+                ),
             });
         }
         if self.buffer_bytes > 16 << 30 {
@@ -139,7 +153,9 @@ impl ProbeOptions {
                 return Err(invalid("source and destination are the same GPU".into()));
             }
             if src >= count || dst >= count {
-                return Err(invalid(format!("this host has {count} GPU(s), indices 0..{count}")));
+                return Err(invalid(format!(
+                    "this host has {count} GPU(s), indices 0..{count}"
+                )));
             }
         }
         Ok(pairs.clone())
@@ -153,7 +169,11 @@ fn median(mut xs: Vec<f64>) -> Option<f64> {
     }
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
-    Some(if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    })
 }
 
 /// Parses NVML's "00000000:00:06.0" into (domain, bus, device).
@@ -180,9 +200,14 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
     // indices in options and report are NVML's (what nvidia-smi shows).
     let mut ordinal_of: Vec<usize> = (0..count as usize).collect();
     if facts.len() == count as usize {
-        let locs: Vec<_> = (0..count).map(cuda::pci_location).collect::<Result<_, _>>()?;
+        let locs: Vec<_> = (0..count)
+            .map(cuda::pci_location)
+            .collect::<Result<_, _>>()?;
         for (ord, loc) in locs.iter().enumerate() {
-            if let Some(f) = facts.iter().find(|f| parse_bus_id(&f.pci_bus_id) == Some(*loc)) {
+            if let Some(f) = facts
+                .iter()
+                .find(|f| parse_bus_id(&f.pci_bus_id) == Some(*loc))
+            {
                 ordinal_of[f.index as usize] = ord;
             }
         }
@@ -196,7 +221,9 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
         opts.repeats
     )];
 
-    let runs = |cuda: &mut Cuda, f: &mut dyn FnMut(&mut Cuda) -> Result<f64, ProbeError>| -> Result<Option<f64>, ProbeError> {
+    let runs = |cuda: &mut Cuda,
+                f: &mut dyn FnMut(&mut Cuda) -> Result<f64, ProbeError>|
+     -> Result<Option<f64>, ProbeError> {
         f(cuda)?; // warm-up
         let mut xs = Vec::with_capacity(opts.repeats as usize);
         for _ in 0..opts.repeats {
@@ -210,7 +237,10 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
     let mut devices = Vec::new();
     for index in 0..count {
         let ord = ordinal_of[index as usize];
-        let d2d = runs(&mut cuda, &mut |c| c.time_uni(ord, ord, buffer, BANDWIDTH_COPIES, true).map(|t| gb(2.0 * copy_bytes, t)))?;
+        let d2d = runs(&mut cuda, &mut |c| {
+            c.time_uni(ord, ord, buffer, BANDWIDTH_COPIES, true)
+                .map(|t| gb(2.0 * copy_bytes, t))
+        })?;
         let f = facts.iter().find(|f| f.index == index);
         devices.push(P2pDevice {
             index,
@@ -237,18 +267,32 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
             ..Default::default()
         };
         cuda.set_peer(s, d, false)?;
-        m.uni_disabled_gbps = runs(&mut cuda, &mut |c| c.time_uni(s, d, buffer, BANDWIDTH_COPIES, false).map(|t| gb(copy_bytes, t)))?;
-        m.bidi_disabled_gbps = runs(&mut cuda, &mut |c| c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, false).map(|t| gb(2.0 * copy_bytes, t)))?;
+        m.uni_disabled_gbps = runs(&mut cuda, &mut |c| {
+            c.time_uni(s, d, buffer, BANDWIDTH_COPIES, false)
+                .map(|t| gb(copy_bytes, t))
+        })?;
+        m.bidi_disabled_gbps = runs(&mut cuda, &mut |c| {
+            c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, false)
+                .map(|t| gb(2.0 * copy_bytes, t))
+        })?;
         m.latency_disabled_us = runs(&mut cuda, &mut |c| {
-            c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, false).map(|t| t * 1e6 / f64::from(LATENCY_COPIES))
+            c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, false)
+                .map(|t| t * 1e6 / f64::from(LATENCY_COPIES))
         })?;
         if m.cuda_can_access_peer {
             cuda.set_peer(s, d, true)?;
             let result = (|| -> Result<(), ProbeError> {
-                m.uni_enabled_gbps = runs(&mut cuda, &mut |c| c.time_uni(s, d, buffer, BANDWIDTH_COPIES, true).map(|t| gb(copy_bytes, t)))?;
-                m.bidi_enabled_gbps = runs(&mut cuda, &mut |c| c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, true).map(|t| gb(2.0 * copy_bytes, t)))?;
+                m.uni_enabled_gbps = runs(&mut cuda, &mut |c| {
+                    c.time_uni(s, d, buffer, BANDWIDTH_COPIES, true)
+                        .map(|t| gb(copy_bytes, t))
+                })?;
+                m.bidi_enabled_gbps = runs(&mut cuda, &mut |c| {
+                    c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, true)
+                        .map(|t| gb(2.0 * copy_bytes, t))
+                })?;
                 m.latency_enabled_us = runs(&mut cuda, &mut |c| {
-                    c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, true).map(|t| t * 1e6 / f64::from(LATENCY_COPIES))
+                    c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, true)
+                        .map(|t| t * 1e6 / f64::from(LATENCY_COPIES))
                 })?;
                 Ok(())
             })();
@@ -291,3 +335,6 @@ fn unknown_link(src: u32, dst: u32) -> PairLink {
         pcie_width: 0,
     }
 }
+
+#[cfg(test)]
+mod tests;

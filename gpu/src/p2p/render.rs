@@ -44,7 +44,18 @@ pub fn render_table(r: &P2pReport) -> String {
         let _ = writeln!(
             out,
             "  {:>5}  {:<4} {:<10} {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9}",
-            "pair", "peer", "topology", "nvml w", "link", "uni en", "uni dis", "bidi en", "bidi dis", "lat en", "lat dis", "expected"
+            "pair",
+            "peer",
+            "topology",
+            "nvml w",
+            "link",
+            "uni en",
+            "uni dis",
+            "bidi en",
+            "bidi dis",
+            "lat en",
+            "lat dis",
+            "expected"
         );
         for p in &r.pairs {
             let link = if p.link.nvlink_count > 0 {
@@ -58,8 +69,16 @@ pub fn render_table(r: &P2pReport) -> String {
                 out,
                 "  {:>5}  {:<4} {:<10} {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9}",
                 format!("{}-{}", p.link.src, p.link.dst),
-                if p.measured.cuda_can_access_peer { "yes" } else { "no" },
-                if p.link.topology.is_empty() { "-" } else { &p.link.topology },
+                if p.measured.cuda_can_access_peer {
+                    "yes"
+                } else {
+                    "no"
+                },
+                if p.link.topology.is_empty() {
+                    "-"
+                } else {
+                    &p.link.topology
+                },
                 p.link.nvml_write,
                 link,
                 opt(p.measured.uni_enabled_gbps, 1),
@@ -74,7 +93,11 @@ pub fn render_table(r: &P2pReport) -> String {
         let _ = writeln!(out, "\nDiagnosis");
         for p in &r.pairs {
             if p.findings.is_empty() {
-                let _ = writeln!(out, "  {}-{}: as expected for {}", p.link.src, p.link.dst, p.expected_link);
+                let _ = writeln!(
+                    out,
+                    "  {}-{}: as expected for {}",
+                    p.link.src, p.link.dst, p.expected_link
+                );
             }
             for f in &p.findings {
                 let _ = writeln!(out, "  {}-{}: {f}", p.link.src, p.link.dst);
