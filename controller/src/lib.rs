@@ -1,5 +1,23 @@
 //! fleetbench-controller: inventory, scheduler, store, API.
+//!
+//! - [`config`]: the controller's one validated config struct.
+//! - [`store`]: jobs, trials, runs, level results, telemetry, events (SQLite or PostgreSQL).
+//! - [`agents`]: agent clients (built in one place) and the inventory with heartbeats.
+//! - [`scheduler`]: jobs into trials, trials onto hosts, retries, cancel, resume.
+//! - [`api`]: the `fleetbench.controller.v1.Controller` gRPC service and its auth.
+//! - [`server`]: start/stop a whole controller; [`embedded`]: the CLI's in-process one.
 
+pub mod agents;
+pub mod api;
 pub mod compare;
+pub mod config;
+pub mod embedded;
+pub mod events;
 pub mod metrics;
+pub mod scheduler;
+pub mod server;
 pub mod spec;
+pub mod store;
+
+pub use config::{ConfigError, ControllerConfig, HostConfig};
+pub use server::{ControllerHandle, StartError, start};

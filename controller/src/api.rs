@@ -1,0 +1,318 @@
+//! The gRPC API, `fleetbench.controller.v1.Controller`, and its authentication (a bearer token
+//! checked by an interceptor; mTLS is the server's TLS config, see `server`).
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use fleetbench_proto::controllerpb::{
+    AgentInfo, CancelJobRequest, CompareRequest, CompareResponse, GetJobRequest, GetResultsRequest,
+    GetResultsResponse, GetRunRequest, Job, JobEvent, JobState, ListAgentsRequest,
+    ListAgentsResponse, ListJobsRequest, ListJobsResponse, RegisterAgentRequest,
+    RegisterAgentResponse, Run, SetAgentDrainingRequest, SubmitJobRequest, SubmitJobResponse,
+    WatchJobRequest, controller_server, job_event,
+};
+use fleetbench_proto::now_unix_ms;
+use futures::Stream;
+use tokio::sync::broadcast::error::RecvError;
+use tonic::{Request, Response, Status};
+
+use crate::agents::Inventory;
+use crate::scheduler::{Scheduler, SchedulerError};
+use crate::store::{RegisteredAgent, Store, StoreError};
+
+/// The service behind the API.
+#[derive(Debug, Clone)]
+pub struct ControllerService {
+    pub(crate) scheduler: Scheduler,
+    pub(crate) inventory: Arc<Inventory>,
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::internal(e.to_string())
+}
+
+impl From<SchedulerError> for Status {
+    fn from(e: SchedulerError) -> Self {
+        match e {
+            SchedulerError::NoSuchJob(id) => Status::not_found(format!("no job {id:?}")),
+            SchedulerError::Store(e) => internal(e),
+        }
+    }
+}
+
+fn store_status(e: StoreError) -> Status {
+    internal(e)
+}
+
+fn is_final(state: i32) -> bool {
+    state != JobState::Queued as i32
+        && state != JobState::Running as i32
+        && state != JobState::Unspecified as i32
+}
+
+impl ControllerService {
+    fn store(&self) -> &Store {
+        self.scheduler.store()
+    }
+
+    async fn job(&self, id: &str) -> Result<Job, Status> {
+        self.store()
+            .get_job(id)
+            .await
+            .map_err(store_status)?
+            .ok_or_else(|| Status::not_found(format!("no job {id:?}")))
+    }
+
+    /// Everything stored for the given jobs (all must exist).
+    pub async fn results(
+        &self,
+        job_ids: &[String],
+        telemetry: bool,
+    ) -> Result<GetResultsResponse, Status> {
+        if job_ids.is_empty() {
+            return Err(Status::invalid_argument(
+                "job_ids: give at least one job id",
+            ));
+        }
+        let mut out = GetResultsResponse::default();
+        for id in job_ids {
+            out.jobs.push(self.job(id).await?);
+            let s = self.store();
+            out.configs
+                .extend(s.configs(id).await.map_err(store_status)?);
+            out.runs.extend(s.runs(id).await.map_err(store_status)?);
+            out.levels.extend(s.levels(id).await.map_err(store_status)?);
+            if telemetry {
+                out.telemetry
+                    .extend(s.telemetry(id).await.map_err(store_status)?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<JobEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl controller_server::Controller for ControllerService {
+    async fn submit_job(
+        &self,
+        request: Request<SubmitJobRequest>,
+    ) -> Result<Response<SubmitJobResponse>, Status> {
+        let r = request.into_inner();
+        let resp = self
+            .scheduler
+            .submit(&r.spec_toml, &r.file_name, r.dry_run, &r.tag)
+            .await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<Job>, Status> {
+        Ok(Response::new(self.job(&request.into_inner().job_id).await?))
+    }
+
+    async fn list_jobs(
+        &self,
+        request: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsResponse>, Status> {
+        let jobs = self
+            .store()
+            .list_jobs(request.into_inner().limit)
+            .await
+            .map_err(store_status)?;
+        Ok(Response::new(ListJobsResponse { jobs }))
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<CancelJobRequest>,
+    ) -> Result<Response<Job>, Status> {
+        let id = request.into_inner().job_id;
+        let job = self.job(&id).await?;
+        if is_final(job.state) {
+            return Ok(Response::new(job));
+        }
+        Ok(Response::new(self.scheduler.cancel(&id).await?))
+    }
+
+    type WatchJobStream = EventStream;
+
+    async fn watch_job(
+        &self,
+        request: Request<WatchJobRequest>,
+    ) -> Result<Response<Self::WatchJobStream>, Status> {
+        let id = request.into_inner().job_id;
+        // Subscribe before reading the past, so no event falls between the two.
+        let mut live = self.scheduler.hub().subscribe(&id);
+        let job = self.job(&id).await?;
+        let past = self.store().events(&id).await.map_err(store_status)?;
+        let last_seq = past.last().map(|(s, _)| *s).unwrap_or(0);
+        let store = self.store().clone();
+        let stream = async_stream(move |tx| async move {
+            for (_, ev) in past {
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+            let snapshot = |job: Job| JobEvent {
+                unix_ms: now_unix_ms(),
+                job_id: job.id.clone(),
+                event: Some(job_event::Event::Job(job)),
+            };
+            let done = is_final(job.state);
+            if tx.send(Ok(snapshot(job))).await.is_err() || done {
+                return;
+            }
+            loop {
+                match live.recv().await {
+                    Ok((seq, ev)) => {
+                        if seq != 0 && seq <= last_seq {
+                            continue;
+                        }
+                        let end = matches!(&ev.event, Some(job_event::Event::Job(j)) if is_final(j.state));
+                        if tx.send(Ok(ev)).await.is_err() || end {
+                            return;
+                        }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::warn!(job = %id, skipped = n, "a slow watcher missed events");
+                    }
+                    Err(RecvError::Closed) => {
+                        // The job ended and its channel was dropped: send its final state.
+                        if let Ok(Some(job)) = store.get_job(&id).await {
+                            let _ = tx.send(Ok(snapshot(job))).await;
+                        }
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(stream))
+    }
+
+    async fn list_agents(
+        &self,
+        _request: Request<ListAgentsRequest>,
+    ) -> Result<Response<ListAgentsResponse>, Status> {
+        Ok(Response::new(ListAgentsResponse {
+            agents: self.inventory.list(),
+        }))
+    }
+
+    async fn register_agent(
+        &self,
+        request: Request<RegisterAgentRequest>,
+    ) -> Result<Response<RegisterAgentResponse>, Status> {
+        let r = request.into_inner();
+        if r.name.trim().is_empty() {
+            return Err(Status::invalid_argument("name: must not be empty"));
+        }
+        if !r
+            .address
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
+            return Err(Status::invalid_argument(format!(
+                "address: {:?} is not host:port",
+                r.address
+            )));
+        }
+        let labels: BTreeMap<String, String> = r.labels.into_iter().collect();
+        self.inventory
+            .add(&r.name, &r.address, labels.clone(), "registered")
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.store()
+            .put_agent(&RegisteredAgent {
+                name: r.name,
+                address: r.address,
+                labels,
+            })
+            .await
+            .map_err(store_status)?;
+        Ok(Response::new(RegisterAgentResponse {
+            accepted: true,
+            heartbeat_interval_s: self.inventory.heartbeat_interval().as_secs().max(1) as u32,
+        }))
+    }
+
+    async fn set_agent_draining(
+        &self,
+        request: Request<SetAgentDrainingRequest>,
+    ) -> Result<Response<AgentInfo>, Status> {
+        let r = request.into_inner();
+        self.inventory
+            .set_draining(&r.name, r.draining)
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("no agent {:?}", r.name)))
+    }
+
+    async fn get_results(
+        &self,
+        request: Request<GetResultsRequest>,
+    ) -> Result<Response<GetResultsResponse>, Status> {
+        let r = request.into_inner();
+        Ok(Response::new(
+            self.results(&r.job_ids, r.include_telemetry).await?,
+        ))
+    }
+
+    async fn compare(
+        &self,
+        request: Request<CompareRequest>,
+    ) -> Result<Response<CompareResponse>, Status> {
+        let results = self.results(&request.into_inner().job_ids, false).await?;
+        Ok(Response::new(crate::compare::compare(&results)))
+    }
+
+    async fn get_run(&self, request: Request<GetRunRequest>) -> Result<Response<Run>, Status> {
+        let id = request.into_inner().run_id;
+        self.store()
+            .get_run(&id)
+            .await
+            .map_err(store_status)?
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("no run {id:?}")))
+    }
+}
+
+/// A stream fed by a task through a channel (the task ends when the client goes away).
+fn async_stream<F, Fut>(f: F) -> EventStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<JobEvent, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(f(tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// Checks `authorization: Bearer TOKEN` when a token is configured.
+#[derive(Debug, Clone)]
+pub struct TokenCheck {
+    pub(crate) expected: Option<Arc<str>>,
+}
+
+impl tonic::service::Interceptor for TokenCheck {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let Some(expected) = &self.expected else {
+            return Ok(request);
+        };
+        let given = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match given {
+            Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(request),
+            Some(_) => Err(Status::unauthenticated("bearer token does not match")),
+            None => Err(Status::unauthenticated(
+                "missing `authorization: Bearer TOKEN` (use --token or FLEETBENCH_TOKEN)",
+            )),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,292 @@
+//! One job's loop: hands its trials to free matching hosts, retries trials whose host was lost
+//! on another host, and ends the job (succeeded, failed or cancelled) with every engine stopped.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleetbench_proto::agentpb::StopEngineRequest;
+use fleetbench_proto::controllerpb::{JobState, RunState, TrialState, job_event};
+use fleetbench_proto::now_unix_ms;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::Ctx;
+use super::trial::{self, TrialOutcome};
+use crate::agents::HostSnapshot;
+use crate::spec;
+use crate::store::{StoreError, TrialRow};
+
+/// Runs (or resumes) a job until it ends or the controller shuts down.
+pub(super) async fn run_job(
+    ctx: Arc<Ctx>,
+    job_id: &str,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+) {
+    let span = tracing::info_span!("job", job.id = %job_id, job.name = tracing::field::Empty);
+    let result = drive(&ctx, job_id, &cancel, &shutdown)
+        .instrument(span)
+        .await;
+    if let Err(e) = result {
+        tracing::error!(job = %job_id, error = %e, "job failed on a store error");
+        let _ = ctx
+            .store
+            .finish_job(job_id, JobState::Failed, &e.to_string(), now_unix_ms())
+            .await;
+        emit_job(&ctx, job_id).await;
+        ctx.metrics.job_finished("sweep", "failed");
+        ctx.hub.forget(job_id);
+    }
+}
+
+async fn emit_job(ctx: &Ctx, job_id: &str) {
+    if let Ok(Some(job)) = ctx.store.get_job(job_id).await {
+        let _ = ctx.hub.emit(job_id, job_event::Event::Job(job)).await;
+    }
+}
+
+async fn message(ctx: &Ctx, job_id: &str, text: String) -> Result<(), StoreError> {
+    tracing::info!(job = %job_id, "{text}");
+    ctx.hub.emit(job_id, job_event::Event::Message(text)).await
+}
+
+type TrialResult = (TrialRow, String, TrialOutcome);
+
+async fn drive(
+    ctx: &Arc<Ctx>,
+    job_id: &str,
+    cancel: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> Result<(), StoreError> {
+    let Some(job) = ctx.store.get_job(job_id).await? else {
+        return Ok(());
+    };
+    tracing::Span::current().record("job.name", job.name.as_str());
+    let spec = match spec::parse(&job.file_name, &job.spec_toml) {
+        Ok(s) => Arc::new(s),
+        Err(errors) => {
+            let text = format!(
+                "the stored spec no longer validates: {}",
+                spec::render_errors(&errors)
+            );
+            ctx.store
+                .finish_job(job_id, JobState::Failed, &text, now_unix_ms())
+                .await?;
+            emit_job(ctx, job_id).await;
+            return Ok(());
+        }
+    };
+    let resumed = job.state == JobState::Running as i32;
+    ctx.store.mark_job_running(job_id, now_unix_ms()).await?;
+    emit_job(ctx, job_id).await;
+
+    if resumed {
+        // Runs the previous controller left running died with it; their trials run again
+        // (as new attempts) and skip the levels already stored.
+        for mut run in ctx.store.runs(job_id).await? {
+            if run.state == RunState::Running as i32 {
+                run.state = RunState::HostLost as i32;
+                run.finished_unix_ms = now_unix_ms();
+                ctx.store.put_run(&run).await?;
+            }
+        }
+        message(ctx, job_id, "controller restarted: resuming the job".into()).await?;
+    }
+
+    let mut queue: VecDeque<TrialRow> = ctx
+        .store
+        .trials(job_id)
+        .await?
+        .into_iter()
+        .filter(|t| !t.is_finished())
+        .collect();
+    let mut running: JoinSet<TrialResult> = JoinSet::new();
+    let mut used_hosts = BTreeSet::new();
+    let mut waiting_since: Option<Instant> = None;
+    let mut failure: Option<String> = None;
+    let mut changes = ctx.inventory.subscribe();
+
+    loop {
+        let stop = cancel.is_cancelled() || failure.is_some();
+        if !stop {
+            while !queue.is_empty() {
+                let fits =
+                    |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
+                let Some(lease) = ctx.inventory.acquire(job_id, fits) else {
+                    break;
+                };
+                let mut t = queue.pop_front().expect("queue is not empty");
+                t.attempts = ctx.store.next_attempt(&t.id).await?;
+                used_hosts.insert(lease.host.clone());
+                let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), cancel.child_token());
+                running.spawn(
+                    async move {
+                        let host = lease.host.clone();
+                        let outcome = trial::run_trial(&ctx2, &spec2, &t, lease, token).await;
+                        (t, host, outcome)
+                    }
+                    .in_current_span(),
+                );
+            }
+        }
+        if running.is_empty() && (queue.is_empty() || stop) {
+            break;
+        }
+        if running.is_empty() {
+            let since = *waiting_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= ctx.host_wait {
+                failure = Some(no_host_message(ctx, &spec, ctx.host_wait));
+                continue;
+            }
+        } else {
+            waiting_since = None;
+        }
+        tokio::select! {
+            Some(joined) = running.join_next(), if !running.is_empty() => {
+                match joined {
+                    Ok((t, host, outcome)) => {
+                        ctx.inventory.release(&host);
+                        if let Some(f) = settle(ctx, job_id, t, &host, outcome, &mut queue, shutdown).await? {
+                            failure.get_or_insert(f);
+                        }
+                    }
+                    Err(e) => {
+                        failure.get_or_insert(format!("a trial task failed: {e}"));
+                    }
+                }
+            }
+            _ = changes.changed() => {}
+            _ = cancel.cancelled(), if !cancel.is_cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+
+    if shutdown.is_cancelled() {
+        // The controller is stopping, not the user: the job stays running for the next start.
+        return Ok(());
+    }
+    let (state, error, label) = if cancel.is_cancelled() {
+        for t in &queue {
+            ctx.store
+                .set_trial_state(&t.id, TrialState::Cancelled, "job cancelled")
+                .await?;
+        }
+        (JobState::Cancelled, String::new(), "cancelled")
+    } else if let Some(f) = failure {
+        (JobState::Failed, f, "failed")
+    } else {
+        (JobState::Succeeded, String::new(), "succeeded")
+    };
+    stop_engines(ctx, &used_hosts).await;
+    ctx.store
+        .finish_job(job_id, state, &error, now_unix_ms())
+        .await?;
+    emit_job(ctx, job_id).await;
+    ctx.metrics.job_finished("sweep", label);
+    ctx.hub.forget(job_id);
+    tracing::info!(job = %job_id, state = label, "job ended");
+    Ok(())
+}
+
+/// Records a trial attempt's end; requeues it after a lost host. Returns a job failure, if any.
+async fn settle(
+    ctx: &Ctx,
+    job_id: &str,
+    t: TrialRow,
+    host: &str,
+    outcome: TrialOutcome,
+    queue: &mut VecDeque<TrialRow>,
+    shutdown: &CancellationToken,
+) -> Result<Option<String>, StoreError> {
+    if shutdown.is_cancelled() {
+        return Ok(None);
+    }
+    match outcome {
+        TrialOutcome::Done => {
+            ctx.store
+                .set_trial_state(&t.id, TrialState::Done, "")
+                .await?;
+        }
+        TrialOutcome::EngineFailed(reason) => {
+            ctx.store
+                .set_trial_state(&t.id, TrialState::EngineFailed, &reason)
+                .await?;
+        }
+        TrialOutcome::Cancelled => {
+            ctx.store
+                .set_trial_state(&t.id, TrialState::Cancelled, "job cancelled")
+                .await?;
+        }
+        TrialOutcome::HostLost(reason) => {
+            ctx.inventory.mark_unreachable(host, &reason);
+            let text = format!(
+                "trial {} lost host {host} (attempt {}): {reason}",
+                t.id, t.attempts
+            );
+            ctx.store
+                .set_trial_state(&t.id, TrialState::HostLost, &reason)
+                .await?;
+            if t.attempts >= ctx.trial_attempts {
+                message(ctx, job_id, format!("{text}; no attempts left")).await?;
+                return Ok(Some(format!(
+                    "trial {} failed {} attempts; last: {reason}",
+                    t.id, t.attempts
+                )));
+            }
+            message(ctx, job_id, format!("{text}; retrying on another host")).await?;
+            queue.push_front(t);
+        }
+        TrialOutcome::Store(e) => return Err(e),
+    }
+    Ok(None)
+}
+
+fn no_host_message(ctx: &Ctx, spec: &spec::JobSpec, waited: Duration) -> String {
+    let hosts: Vec<String> = ctx
+        .inventory
+        .snapshots()
+        .iter()
+        .map(|h| {
+            let fits = spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
+            format!(
+                "{} ({}, {})",
+                h.name,
+                h.health
+                    .as_str_name()
+                    .trim_start_matches("AGENT_HEALTH_")
+                    .to_lowercase(),
+                if fits { "matches" } else { "does not match" }
+            )
+        })
+        .collect();
+    format!(
+        "no ready host matched the job's [hosts] for {}; hosts: {}",
+        humantime::format_duration(waited),
+        if hosts.is_empty() {
+            "none known".to_string()
+        } else {
+            hosts.join(", ")
+        }
+    )
+}
+
+/// Stops the engine on every host the job used, in parallel (bounded wait per host).
+async fn stop_engines(ctx: &Ctx, hosts: &BTreeSet<String>) {
+    let stops = hosts.iter().filter_map(|h| {
+        let mut client = ctx.inventory.client(h)?;
+        let host = h.clone();
+        Some(async move {
+            let r = tokio::time::timeout(
+                Duration::from_secs(60),
+                client.stop_engine(StopEngineRequest {}),
+            )
+            .await;
+            if !matches!(r, Ok(Ok(_))) {
+                tracing::warn!(host = %host, "could not confirm the engine stopped at job end");
+            }
+        })
+    });
+    futures::future::join_all(stops).await;
+}
