@@ -1,10 +1,58 @@
-//! `fleetbench probe_p2p` (being built; see the issue that owns it).
+//! `fleetbench probe-p2p`: GPU peer-to-peer status, topology and measured bandwidth/latency of
+//! this host, as a table or (`--json`) as a JSON document.
 
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context as _;
+use fleetbench_gpu::Gpus;
+use fleetbench_gpu::p2p::{self, ProbeError, ProbeOptions};
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetbench probe_p2p` is not built yet")
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Buffer per copy for the bandwidth runs, MiB.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    pub buffer_mib: u64,
+    /// Timed runs per figure; the median is reported.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeats: u32,
+    /// Ordered pairs to measure, e.g. "0-1,1-0" (default: every ordered pair).
+    #[arg(long)]
+    pub pairs: Option<String>,
+    /// Print the report as a JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let pairs = match &args.pairs {
+        Some(text) => Some(p2p::parse_pairs(text).context("--pairs")?),
+        None => None,
+    };
+    let opts = ProbeOptions { buffer_bytes: args.buffer_mib << 20, repeats: args.repeats, pairs };
+    let report = tokio::task::spawn_blocking(move || {
+        let gpus = Gpus::init();
+        p2p::probe(&gpus, &opts).map_err(|e| (e, gpus.unavailable_reason()))
+    })
+    .await
+    .context("the probe thread failed")?;
+    match report {
+        Ok(report) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", p2p::render_table(&report));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err((e @ (ProbeError::InvalidPair { .. } | ProbeError::BadPairList { .. }), _)) => {
+            Err(anyhow::Error::new(e).context("--pairs"))
+        }
+        Err((e, nvml)) => {
+            let mut msg = e.to_string();
+            if let Some(reason) = nvml {
+                msg.push_str(&format!("; {reason}"));
+            }
+            anyhow::bail!(msg)
+        }
+    }
 }
