@@ -149,6 +149,17 @@ impl Gpus {
             .collect()
     }
 
+    /// Microseconds each NVML call of a sample takes, per GPU: a diagnostic for hosts where
+    /// sampling is slow (virtual machines add a cost per driver call).
+    pub fn sample_call_costs(&self) -> Vec<(u32, &'static str, f64)> {
+        let Some(src) = self.source() else {
+            return Vec::new();
+        };
+        (0..src.device_count())
+            .flat_map(|i| src.call_costs(i).into_iter().map(move |(n, us)| (i, n, us)))
+            .collect()
+    }
+
     fn start_sampler(&self) {
         if self.inner.sampler_started.swap(true, Ordering::AcqRel) {
             return;

@@ -214,6 +214,46 @@ impl GpuSource for NvmlSource {
         }
     }
 
+    fn call_costs(&self, index: u32) -> Vec<(&'static str, f64)> {
+        fn time<T>(name: &'static str, f: impl FnOnce() -> T) -> (&'static str, f64) {
+            let t = std::time::Instant::now();
+            let _ = std::hint::black_box(f());
+            (name, t.elapsed().as_secs_f64() * 1e6)
+        }
+        let mut out = vec![time("device_by_index", || {
+            self.nvml.device_by_index(index).is_ok()
+        })];
+        let Ok(dev) = self.device(index) else {
+            return out;
+        };
+        out.extend([
+            time("uuid", || dev.uuid().is_ok()),
+            time("utilization_rates", || dev.utilization_rates().is_ok()),
+            time("memory_info", || dev.memory_info().is_ok()),
+            time("power_usage", || dev.power_usage().is_ok()),
+            time("total_energy_consumption", || {
+                dev.total_energy_consumption().is_ok()
+            }),
+            time("clock_info(SM)", || dev.clock_info(Clock::SM).is_ok()),
+            time("clock_info(Memory)", || {
+                dev.clock_info(Clock::Memory).is_ok()
+            }),
+            time("temperature", || {
+                dev.temperature(TemperatureSensor::Gpu).is_ok()
+            }),
+            time("running_compute_processes", || {
+                dev.running_compute_processes().is_ok()
+            }),
+            time("pcie_throughput(Send)", || {
+                dev.pcie_throughput(PcieUtilCounter::Send).is_ok()
+            }),
+            time("nvlink totals (field values)", || {
+                nvlink_totals(&self.nvml, &dev)
+            }),
+        ]);
+        out
+    }
+
     fn processes(&self, index: u32) -> Vec<GpuProcess> {
         let Ok(dev) = self.device(index) else {
             return Vec::new();

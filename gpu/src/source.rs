@@ -27,6 +27,10 @@ pub(crate) trait GpuSource: Send + Sync {
     /// Blocks about 40 ms per device (NVML samples PCIe over a 20 ms window per direction).
     fn link_counters(&self, index: u32) -> LinkCounters;
     fn processes(&self, index: u32) -> Vec<GpuProcess>;
+    /// Microseconds each NVML call of a sample takes on `index` (diagnostics; may be empty).
+    fn call_costs(&self, _index: u32) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
     /// NVML's view of the path from `src` to `dst`.
     fn pair_link(&self, src: u32, dst: u32) -> PairLink;
 }

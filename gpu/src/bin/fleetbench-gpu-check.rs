@@ -86,6 +86,9 @@ fn main() -> ExitCode {
         }
         std::thread::sleep(Duration::from_millis(args.interval_ms));
     }
+    for (gpu, call, us) in gpus.sample_call_costs() {
+        println!("NVML call cost: GPU {gpu} {call}: {us:.1} µs");
+    }
     let procs = gpus.gpu_processes();
     println!(
         "GPU processes: {}",

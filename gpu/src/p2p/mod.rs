@@ -11,6 +11,7 @@ mod report;
 use std::time::Instant;
 
 pub use assemble::assemble;
+pub use cuda::driver_present as cuda_driver_present;
 pub use diagnose::{diagnose, expected_link, pcie_lane_gbps};
 pub use render::render_table;
 pub use report::{P2pDevice, P2pReport, PairLink, PairMeasurement, PairResult};
