@@ -83,33 +83,33 @@ pub(crate) fn configs(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Vec<ConfigS
         }
     }
     let mut ok = duplicate_names(ctx, &raws);
-    let mut out: Vec<ConfigSpec> = Vec::new();
+    // (index in the file, config), to name the twin of a config that changes nothing.
+    let mut out: Vec<(usize, ConfigSpec)> = Vec::new();
     for i in 0..raws.len() {
         let mut stack = Vec::new();
         let Some(merged) = merge(ctx, &raws, i, &mut stack) else {
             ok = false;
             continue;
         };
-        match finish(ctx, &raws[i], merged) {
-            Some(c) => {
-                if let Some(j) = out.iter().position(|o| o.config_id == c.config_id) {
-                    let msg = format!(
-                        "same engine, model, flags and env as configs[{j}] ({:?}); a config must differ from the others",
-                        out[j].name
-                    );
-                    ctx.error(
-                        Some(&raws[i].name_span),
-                        &format!("{}.name", raws[i].path),
-                        msg,
-                    );
-                    ok = false;
-                }
-                out.push(c);
-            }
-            None => ok = false,
+        let Some(c) = finish(ctx, &raws[i], merged) else {
+            ok = false;
+            continue;
+        };
+        if let Some((j, twin)) = out.iter().find(|(_, o)| o.config_id == c.config_id) {
+            let msg = format!(
+                "same engine, model, flags and env as configs[{j}] ({:?}); a config must differ from the others",
+                twin.name
+            );
+            ctx.error(
+                Some(&raws[i].name_span),
+                &format!("{}.name", raws[i].path),
+                msg,
+            );
+            ok = false;
         }
+        out.push((i, c));
     }
-    ok.then_some(out)
+    ok.then(|| out.into_iter().map(|(_, c)| c).collect())
 }
 
 fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {

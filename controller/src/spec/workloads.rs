@@ -33,21 +33,23 @@ pub(crate) fn workloads(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Vec<Workl
     let items = root.list(ctx, "workloads")?;
     let mut out = Vec::new();
     let mut ok = true;
+    let mut names: Vec<String> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let path = format!("workloads[{i}]");
-        match as_table(ctx, &path, item).and_then(|t| workload(ctx, &t)) {
-            Some(w) => {
-                if let Some(first) = out.iter().position(|o: &WorkloadSpec| o.name == w.name) {
-                    let t = as_table(ctx, &path, item)?;
-                    let msg = format!(
-                        "duplicate workload name {:?} (also workloads[{first}])",
-                        w.name
-                    );
-                    ctx.error(Some(&t.key_span("name")), &t.field("name"), msg);
-                    ok = false;
-                }
-                out.push(w);
+        let Some(t) = as_table(ctx, &path, item) else {
+            ok = false;
+            continue;
+        };
+        if let Some(DeValue::String(name)) = t.get("name").map(|v| v.get_ref()) {
+            if let Some(first) = names.iter().position(|n| n == name.as_ref()) {
+                let msg = format!("duplicate workload name {name:?} (also workloads[{first}])");
+                ctx.error(Some(&t.key_span("name")), &t.field("name"), msg);
+                ok = false;
             }
+            names.push(name.to_string());
+        }
+        match workload(ctx, &t) {
+            Some(w) => out.push(w),
             None => ok = false,
         }
     }

@@ -1,0 +1,186 @@
+//! Spec validation: every wrong file under `fixtures/specs/` yields exactly the listed errors,
+//! each naming the file, the 1-based line and the field path.
+
+use fleetbench_controller::spec::{SpecError, parse};
+use fleetbench_proto::controllerpb;
+
+fn errors_of(file: &str) -> Vec<String> {
+    let path = format!("{}/tests/fixtures/specs/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    match parse(file, &text) {
+        Ok(spec) => panic!("{file} parsed but should not: {spec:?}"),
+        Err(errors) => errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[track_caller]
+fn assert_errors(file: &str, expected: &[&str]) {
+    let got = errors_of(file);
+    assert_eq!(got, expected, "\n--- got ---\n{}\n", got.join("\n"));
+}
+
+#[test]
+fn bad_configs() {
+    assert_errors(
+        "bad_configs.toml",
+        &[
+            "bad_configs.toml:5: configs[0].extends: extends forms a cycle: b -> a -> b",
+            "bad_configs.toml:9: configs[1].extends: extends forms a cycle: a -> b -> a",
+            "bad_configs.toml:13: configs[2].extends: no config named \"bsae\"",
+            "bad_configs.toml:17: configs[3].engine: unknown engine kind \"sglangg\" (expected one of sglang, vllm, llamacpp, sim, generic)",
+            "bad_configs.toml:20: configs[4].engine: missing: the engine kind, one of: sglang, vllm, llamacpp, sim, generic",
+            "bad_configs.toml:23: configs[4].env.BAD: expected a string, got a list",
+            "bad_configs.toml:25: configs[5].model: missing: the model (a path or name the engine loads)",
+            "bad_configs.toml:30: configs[6].name: duplicate config name \"e\" (also configs[4])",
+            "bad_configs.toml:33: configs[6].prfile: unknown key \"prfile\" (did you mean \"profile\"?)",
+            "bad_configs.toml:36: configs[7].name: same engine, model, flags and env as configs[6] (\"e\"); a config must differ from the others",
+            "bad_configs.toml:41: configs[8].name: same engine, model, flags and env as configs[6] (\"e\"); a config must differ from the others",
+        ],
+    );
+}
+
+#[test]
+fn bad_empty() {
+    assert_errors(
+        "bad_empty.toml",
+        &[
+            "bad_empty.toml: load: missing: a [load] table with the load levels",
+            "bad_empty.toml:2: configs: must not be empty",
+            "bad_empty.toml:3: workloads: must not be empty",
+        ],
+    );
+}
+
+#[test]
+fn bad_flags() {
+    assert_errors(
+        "bad_flags.toml",
+        &[
+            "bad_flags.toml:14: configs[1].flags.\"--max-running-requests\": expected an integer >= 1, got \"lots\"",
+            "bad_flags.toml:19: configs[2].flags.\"--disable-cuda-graph\": expected no value (the flag is a switch), got \"yes\" (write true to switch it on)",
+            "bad_flags.toml:19: configs[2].flags.\"--mem-fracton-static\": not a flag engine sglang accepts (did you mean \"--mem-fraction-static\"?)",
+            "bad_flags.toml:19: configs[2].flags.\"--moe-runner-backend\": expected one of auto, deep_gemm, triton, triton_kernel, flashinfer_trtllm, experimental_sgl_trtllm, flashinfer_trtllm_routed, flashinfer_cutlass, flashinfer_mxfp4, flashinfer_cutedsl, flashinfer_megamoe, cutlass, aiter, marlin, humming, experimental_sgl_marlin, lora_cutedsl, lora_triton, lora_marlin, hpc_ops, megamoe, intel_xpu, got \"cutlas\"",
+            "bad_flags.toml:19: configs[2].flags.\"--tp-size\": expected an integer >= 1 (the flag needs a value), got true (a switch)",
+            "bad_flags.toml:25: configs[3].flags.\"--max-num-seqs\": expected a string, a number, or true/false to switch a flag on/off, got a list",
+            "bad_flags.toml:25: configs[3].flags.\"max-num-seqs\": flag names start with \"-\" or \"--\", as on the command line (\"--max-num-seqs\"?)",
+        ],
+    );
+}
+
+#[test]
+fn bad_load() {
+    assert_errors(
+        "bad_load.toml",
+        &[
+            "bad_load.toml:15: load.concurrency[1]: must be at least 1, got 0",
+            "bad_load.toml:15: load.concurrency[2]: expected an integer, got \"eight\"",
+            "bad_load.toml:16: load.max_concurrency: only applies to request_rate levels (concurrency is already a cap)",
+            "bad_load.toml:17: load.warmup: must be at least 0, got -1",
+            "bad_load.toml:19: load.duration: give either requests or duration per level, not both",
+            "bad_load.toml:20: load.percentiles[1]: a percentile is between 0 and 100 (exclusive), got 100",
+            "bad_load.toml:21: load.concurency: unknown key \"concurency\" (did you mean \"concurrency\"?)",
+            "bad_load.toml:22: load.slo.itl: unknown key \"itl\" (expected one of: ttft_ms, itl_ms, e2e_ms)",
+            "bad_load.toml:22: load.slo.ttft_ms: must be greater than 0, got 0",
+        ],
+    );
+}
+
+#[test]
+fn bad_rates() {
+    assert_errors(
+        "bad_rates.toml",
+        &[
+            "bad_rates.toml:15: load.request_rate[1]: must be greater than 0, got -1",
+            "bad_rates.toml:16: load.burstiness: must be greater than 0, got 0",
+            "bad_rates.toml:17: load.duration: expected a duration such as \"30s\" or \"2m\", got \"3 fortnights\" (unknown time unit \"fortnights\", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years (and few variations))",
+        ],
+    );
+}
+
+#[test]
+fn bad_syntax() {
+    assert_errors(
+        "bad_syntax.toml",
+        &[
+            "bad_syntax.toml:7: invalid TOML: missing comma between key-value pairs, expected `,`",
+            "bad_syntax.toml:7: invalid TOML: unclosed inline table, expected `}`",
+        ],
+    );
+}
+
+#[test]
+fn bad_top() {
+    assert_errors(
+        "bad_top.toml",
+        &[
+            "bad_top.toml: workloads: missing: at least one [[workloads]] table",
+            "bad_top.toml: load: missing: a [load] table with the load levels",
+            "bad_top.toml:1: name: must not be empty",
+            "bad_top.toml:2: repeats: must be at least 1, got 0",
+            "bad_top.toml:3: order: expected \"interleaved\" or \"sequential\", got \"random\"",
+            "bad_top.toml:4: descripton: unknown key \"descripton\" (did you mean \"description\"?)",
+            "bad_top.toml:7: hosts.names: expected a list, got \"gpu-01\"",
+            "bad_top.toml:8: hosts.gpu_count: must be at least 1, got 0",
+            "bad_top.toml:9: hosts.labels.zone: expected a string, got a list",
+            "bad_top.toml:16: search: tuning searches ([search]) are not supported by this version yet",
+            "bad_top.toml:19: suite: regression suites ([suite]) are not supported by this version yet",
+        ],
+    );
+}
+
+#[test]
+fn bad_workloads() {
+    assert_errors(
+        "bad_workloads.toml",
+        &[
+            "bad_workloads.toml:8: workloads[0].path: missing: required for dataset \"sharegpt\"",
+            "bad_workloads.toml:11: workloads[0].input_len: \"input_len\" is not a parameter of dataset \"sharegpt\" (it takes: path, output_len)",
+            "bad_workloads.toml:12: workloads[0].api: expected \"completions\" or \"chat\", got \"responses\"",
+            "bad_workloads.toml:14: workloads[1].output_len: missing: required for dataset \"random\"",
+            "bad_workloads.toml:15: workloads[1].name: duplicate workload name \"chat\" (also workloads[0])",
+            "bad_workloads.toml:17: workloads[1].input_len: must be at least 1, got 0",
+            "bad_workloads.toml:18: workloads[1].range_ratio: must be in (0, 1] (1 = exact lengths), got 1.5",
+            "bad_workloads.toml:19: workloads[1].ignore_eos: expected true or false, got \"yes\"",
+            "bad_workloads.toml:21: workloads[2].output_len: missing: required for dataset \"shared-prefix\"",
+            "bad_workloads.toml:31: workloads[3].dataset: expected one of \"random\", \"sharegpt\", \"shared-prefix\", \"jsonl\", \"trace\", got \"csv\"",
+            "bad_workloads.toml:32: workloads[3].inputlen: unknown key \"inputlen\" (did you mean \"input_len\"?)",
+        ],
+    );
+}
+
+#[test]
+fn error_fields_are_structured_and_survive_the_wire() {
+    let path = format!(
+        "{}/tests/fixtures/specs/bad_flags.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let errors = parse("job.toml", &text).unwrap_err();
+    let first = &errors[0];
+    assert_eq!(
+        first,
+        &SpecError {
+            file: "job.toml".into(),
+            line: 14,
+            field: r#"configs[1].flags."--max-running-requests""#.into(),
+            message: r#"expected an integer >= 1, got "lots""#.into(),
+        }
+    );
+    let wire = controllerpb::SpecError::from(first);
+    assert_eq!((wire.line, wire.field.as_str()), (14, first.field.as_str()));
+    assert_eq!(SpecError::from(&wire), *first);
+}
+
+#[test]
+fn an_error_without_a_line_prints_without_one() {
+    let errors = parse("job.toml", "name = \"x\"\n").unwrap_err();
+    let rendered: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        rendered,
+        [
+            "job.toml: configs: missing: at least one [[configs]] table",
+            "job.toml: workloads: missing: at least one [[workloads]] table",
+            "job.toml: load: missing: a [load] table with the load levels",
+        ]
+    );
+}
