@@ -88,3 +88,17 @@ pub struct LevelOutcome {
     pub report: LevelReport,
     pub records: Vec<RequestRecord>,
 }
+
+impl BenchReport {
+    /// The `--output-json` document, pretty-printed.
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("reports always serialise")
+    }
+}
+
+impl RequestRecord {
+    /// One line of `--output-details`.
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("records always serialise")
+    }
+}

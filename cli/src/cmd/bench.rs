@@ -1,10 +1,415 @@
-//! `fleetbench bench` (being built; see the issue that owns it).
+//! `fleetbench bench`: runs the load generator against an OpenAI-compatible server (or a
+//! simulated engine it starts itself with `--sim`) and prints a table per level.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use fleetbench_loadgen::{
+    Api, BenchConfig, BenchReport, Bound, DatasetSpec, Level, LoadgenError, Runner, Slo, table,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DatasetKind {
+    Random,
+    Sharegpt,
+    SharedPrefix,
+    Jsonl,
+    Trace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SimMode {
+    /// Every request gets exactly `--sim-ttft-ms` and `--sim-itl-ms`.
+    Fixed,
+    /// The simulator's continuous-batching model (its own defaults, plus `--sim-arg`).
+    Model,
+}
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Server to load, e.g. http://127.0.0.1:30000 (omit with --sim).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Start `fleetbench-sim` (found next to this executable) on a free port and bench it.
+    #[arg(long, alias = "start-sim")]
+    pub sim: bool,
+    #[arg(long, value_enum, default_value = "fixed", requires = "sim")]
+    pub sim_mode: SimMode,
+    #[arg(long, default_value_t = 50.0, requires = "sim")]
+    pub sim_ttft_ms: f64,
+    #[arg(long, default_value_t = 5.0, requires = "sim")]
+    pub sim_itl_ms: f64,
+    /// Extra flag for the simulator (repeatable), e.g. --sim-arg=--max-running-requests=64.
+    #[arg(long, allow_hyphen_values = true, requires = "sim")]
+    pub sim_arg: Vec<String>,
+    /// completions or chat.
+    #[arg(long, default_value = "completions")]
+    pub api: Api,
+    /// Model name (default: the first one of /v1/models).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Closed-loop levels, e.g. 1,64,512.
+    #[arg(long, value_delimiter = ',', conflicts_with = "request_rate")]
+    pub concurrency: Vec<u32>,
+    /// Open-loop levels in requests/s, e.g. 5,20.
+    #[arg(long, value_delimiter = ',')]
+    pub request_rate: Vec<f64>,
+    /// Cap on requests in flight for --request-rate levels.
+    #[arg(long, requires = "request_rate")]
+    pub max_concurrency: Option<u32>,
+    /// Gamma shape of inter-arrival times: 1 is Poisson, below 1 burstier.
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    /// Measured requests per level.
+    #[arg(long, conflicts_with = "duration")]
+    pub num_prompts: Option<u32>,
+    /// Length of each level instead of a request count, e.g. 60s.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Requests sent and discarded before each level.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u32,
+    #[arg(long, value_enum, default_value = "random")]
+    pub dataset: DatasetKind,
+    /// File of the sharegpt, jsonl or trace dataset.
+    #[arg(long)]
+    pub dataset_path: Option<PathBuf>,
+    /// Prompt tokens (random; suffix tokens for shared-prefix).
+    #[arg(long, default_value_t = 128)]
+    pub input_len: u32,
+    /// Output tokens (max_tokens); for sharegpt it replaces the reply's length.
+    #[arg(long)]
+    pub output_len: Option<u32>,
+    /// Lengths drawn from [len × ratio, len]; 1 gives exact lengths.
+    #[arg(long, default_value_t = 1.0)]
+    pub range_ratio: f64,
+    #[arg(long, default_value_t = 8)]
+    pub groups: u32,
+    #[arg(long, default_value_t = 16)]
+    pub prompts_per_group: u32,
+    #[arg(long, default_value_t = 512)]
+    pub prefix_len: u32,
+    /// SLOs for goodput, e.g. ttft_ms=500,itl_ms=50,e2e_ms=10000.
+    #[arg(long)]
+    pub slo: Option<Slo>,
+    #[arg(long, value_delimiter = ',', default_value = "50,90,99,99.9")]
+    pub percentiles: Vec<f64>,
+    /// Write {"levels": [...]} here.
+    #[arg(long)]
+    pub output_json: Option<PathBuf>,
+    /// Write one JSON line per request here.
+    #[arg(long)]
+    pub output_details: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Local tokenizer.json to shape prompts with (default: the server's /tokenize).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Let the server stop at end-of-sequence (default: ignore_eos, fixed output lengths).
+    #[arg(long)]
+    pub no_ignore_eos: bool,
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetbench bench` is not built yet")
+fn flag_error(flag: &str, message: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{flag}: {message}")
+}
+
+/// Turns the flags into a validated configuration; every error names its flag.
+pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
+    let output_len = a.output_len.unwrap_or(128);
+    let levels: Vec<Level> = match (a.concurrency.is_empty(), a.request_rate.is_empty()) {
+        (true, true) => bail!("give --concurrency (closed loop) or --request-rate (open loop)"),
+        (false, _) => a
+            .concurrency
+            .iter()
+            .map(|c| Level {
+                concurrency: Some(*c),
+                request_rate: None,
+                burstiness: a.burstiness,
+            })
+            .collect(),
+        (true, false) => a
+            .request_rate
+            .iter()
+            .map(|r| Level {
+                concurrency: a.max_concurrency,
+                request_rate: Some(*r),
+                burstiness: a.burstiness,
+            })
+            .collect(),
+    };
+    let path = |kind: &str| {
+        a.dataset_path
+            .clone()
+            .ok_or_else(|| flag_error("--dataset-path", format!("--dataset {kind} needs a file")))
+    };
+    let dataset = match a.dataset {
+        DatasetKind::Random => DatasetSpec::Random {
+            input_len: a.input_len,
+            output_len,
+            range_ratio: a.range_ratio,
+        },
+        DatasetKind::Sharegpt => DatasetSpec::ShareGpt {
+            path: path("sharegpt")?,
+            output_len: a.output_len,
+        },
+        DatasetKind::SharedPrefix => DatasetSpec::SharedPrefix {
+            groups: a.groups,
+            prompts_per_group: a.prompts_per_group,
+            prefix_len: a.prefix_len,
+            suffix_len: a.input_len,
+            output_len,
+        },
+        DatasetKind::Jsonl => DatasetSpec::Jsonl {
+            path: path("jsonl")?,
+            output_len,
+        },
+        DatasetKind::Trace => DatasetSpec::Trace {
+            path: path("trace")?,
+        },
+    };
+    for p in [&a.dataset_path, &a.tokenizer].into_iter().flatten() {
+        if !p.is_file() {
+            let flag = if Some(p) == a.tokenizer.as_ref() {
+                "--tokenizer"
+            } else {
+                "--dataset-path"
+            };
+            return Err(flag_error(
+                flag,
+                format!("{} is not a readable file", p.display()),
+            ));
+        }
+    }
+    let bound = match (a.num_prompts, a.duration) {
+        (_, Some(d)) => Bound::Duration(d),
+        (n, None) => Bound::Requests(n.unwrap_or(100)),
+    };
+    let cfg = BenchConfig {
+        base_url,
+        api: a.api,
+        model: a.model.clone(),
+        dataset,
+        levels,
+        bound,
+        warmup: a.warmup,
+        percentiles: a.percentiles.clone(),
+        slo: a.slo,
+        seed: a.seed,
+        ignore_eos: !a.no_ignore_eos,
+        request_timeout: a.request_timeout,
+        tokenizer: a.tokenizer.clone(),
+    };
+    cfg.validate().map_err(config_error)?;
+    Ok(cfg)
+}
+
+/// Names the flag behind a configuration field.
+fn config_error(e: LoadgenError) -> anyhow::Error {
+    let LoadgenError::Config { field, message } = &e else {
+        return e.into();
+    };
+    let flag = match field.as_str() {
+        f if f.starts_with("levels") => "--concurrency/--request-rate/--burstiness",
+        "bound" => "--num-prompts/--duration",
+        "percentiles" => "--percentiles",
+        "request_timeout" => "--request-timeout",
+        "dataset.input_len" | "dataset.suffix_len" => "--input-len",
+        "dataset.output_len" => "--output-len",
+        "dataset.range_ratio" => "--range-ratio",
+        "dataset.groups" => "--groups/--prompts-per-group",
+        _ => return e.into(),
+    };
+    flag_error(flag, message)
+}
+
+pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let mut sim = None;
+    let base_url = match (&a.base_url, a.sim) {
+        (Some(_), true) => bail!("--sim starts its own server: leave out --base-url"),
+        (Some(u), false) => u.clone(),
+        (None, true) => {
+            let s = Sim::start(&a).await?;
+            let url = s.url.clone();
+            sim = Some(s);
+            url
+        }
+        (None, false) => {
+            bail!("--base-url: give the server's URL (or --sim to start a simulated engine)")
+        }
+    };
+    let cfg = config(&a, base_url)?;
+    let result = bench(&a, cfg).await;
+    if let Some(s) = sim {
+        s.stop().await;
+    }
+    result
+}
+
+async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "fleetbench bench: {} ({:?}), preparing prompts…",
+        cfg.base_url, cfg.api
+    );
+    let levels = cfg.levels.clone();
+    let runner = Runner::new(cfg)
+        .await
+        .context("cannot start the benchmark")?;
+    let shaping = runner.shaping();
+    eprintln!(
+        "model {}; prompt lengths from {}{}",
+        runner.model(),
+        shaping.source,
+        if shaping.inexact > 0 {
+            format!(" ({} prompts not exact)", shaping.inexact)
+        } else {
+            String::new()
+        }
+    );
+    let cancel = CancellationToken::new();
+    let ctrl_c = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\ninterrupted: finishing with what was measured");
+            ctrl_c.cancel();
+        }
+    });
+    let mut details = match &a.output_details {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p)
+                .with_context(|| format!("--output-details: cannot create {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let mut report = BenchReport::default();
+    for (i, level) in levels.iter().enumerate() {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<fleetbench_loadgen::Progress>();
+        let bar = ProgressBar::new(0).with_style(
+            ProgressStyle::with_template("{prefix} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_prefix(level_name(level));
+        let bar2 = bar.clone();
+        let ui = tokio::spawn(async move {
+            while let Some(p) = rx.recv().await {
+                match p.total {
+                    Some(t) => bar2.set_length(t),
+                    None => bar2.set_length(p.completed + p.failed),
+                }
+                bar2.set_position(p.completed + p.failed);
+                bar2.set_message(format!("{} failed", p.failed));
+            }
+        });
+        let outcome = runner
+            .run_level_detailed(i, level, Some(tx), cancel.clone(), details.is_some())
+            .await;
+        let _ = ui.await;
+        bar.finish_and_clear();
+        print!("{}", table::level_block(runner.model(), &outcome.report));
+        if let Some(w) = details.as_mut() {
+            for r in &outcome.records {
+                writeln!(w, "{}", r.to_json_line()).context("--output-details: write failed")?;
+            }
+        }
+        report.levels.push(outcome.report);
+    }
+    if report.levels.len() > 1 {
+        println!("{}", table::summary(&report.levels));
+    }
+    if let Some(w) = details.as_mut() {
+        w.flush().context("--output-details: write failed")?;
+    }
+    if let Some(p) = &a.output_json {
+        std::fs::write(p, report.to_json_pretty())
+            .with_context(|| format!("--output-json: cannot write {}", p.display()))?;
+    }
+    let all_failed = report
+        .levels
+        .iter()
+        .any(|l| l.completed == 0 && !l.cancelled);
+    Ok(if all_failed || cancel.is_cancelled() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn level_name(l: &Level) -> String {
+    match (l.concurrency, l.request_rate) {
+        (_, Some(r)) => format!("rate {r}/s"),
+        (Some(c), None) => format!("conc {c}"),
+        _ => "level".into(),
+    }
+}
+
+/// A `fleetbench-sim` child process on a free loopback port.
+struct Sim {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl Sim {
+    async fn start(a: &Args) -> anyhow::Result<Sim> {
+        let exe = std::env::current_exe().context("cannot locate this executable")?;
+        let path = exe.with_file_name("fleetbench-sim");
+        if !path.is_file() {
+            bail!(
+                "--sim: {} not found (build it next to fleetbench: cargo build --release -p fleetbench-sim)",
+                path.display()
+            );
+        }
+        let mut cmd = tokio::process::Command::new(&path);
+        cmd.args(["--host", "127.0.0.1", "--port", "0"]);
+        if a.sim_mode == SimMode::Fixed {
+            cmd.arg("--ttft-ms")
+                .arg(a.sim_ttft_ms.to_string())
+                .arg("--itl-ms")
+                .arg(a.sim_itl_ms.to_string());
+        }
+        if let Some(m) = &a.model {
+            cmd.arg("--model").arg(m);
+        }
+        cmd.args(&a.sim_arg)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("--sim: cannot start {}", path.display()))?;
+        let stdout = child.stdout.take().context("--sim: no stdout")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    return Ok(rest.trim().to_string());
+                }
+            }
+            anyhow::Ok(String::new())
+        })
+        .await
+        .context("--sim: the simulator did not say where it listens within 60 s")??;
+        if url.is_empty() {
+            let status = child.wait().await.ok();
+            bail!("--sim: the simulator exited before listening ({status:?})");
+        }
+        // Keep draining its stdout so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        eprintln!("started fleetbench-sim at {url}");
+        Ok(Sim { child, url })
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
 }
