@@ -1,0 +1,197 @@
+//! Predictions: the scheduler of the real engine run in virtual time against an ideal
+//! closed-loop client (a finished request is replaced at once by a new one of the same shape).
+//! Because it is the same [`Scheduler`], the predictions follow every rule the server follows
+//! (prefill priority, chunking, max running requests, KV reservations, crashes); only jitter and
+//! the client's own overhead are missing.
+
+use super::ModelParams;
+use crate::sched::{Scheduler, StepKind};
+
+/// A latency budget; `None` fields are not checked. Percentile 99, in wall-clock milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Slo {
+    pub ttft_p99_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
+    pub e2e_p99_ms: Option<f64>,
+}
+
+/// What a closed-loop level is predicted to measure (wall clock, time-scale applied).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelPrediction {
+    pub concurrency: u32,
+    pub requests: u32,
+    /// The engine crashed (fault injection) during the level; the figures are then zero.
+    pub crashed: bool,
+    pub duration_s: f64,
+    pub output_tokens_per_s: f64,
+    pub requests_per_s: f64,
+    pub ttft_ms_p50: f64,
+    pub ttft_ms_p99: f64,
+    pub itl_ms_p50: f64,
+    pub itl_ms_p99: f64,
+    pub e2e_ms_p50: f64,
+    pub e2e_ms_p99: f64,
+}
+
+impl LevelPrediction {
+    /// Whether the level stays within `slo` (a crashed level never does).
+    pub fn meets(&self, slo: &Slo) -> bool {
+        let ok = |limit: Option<f64>, v: f64| limit.is_none_or(|l| v <= l);
+        !self.crashed
+            && ok(slo.ttft_p99_ms, self.ttft_ms_p99)
+            && ok(slo.itl_p99_ms, self.itl_ms_p99)
+            && ok(slo.e2e_p99_ms, self.e2e_ms_p99)
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// A closed-loop level of `requests` requests at `concurrency`, each with `input_len` prompt
+/// tokens and exactly `output_len` output tokens (`ignore_eos`).
+pub fn closed_loop(
+    params: &ModelParams,
+    concurrency: u32,
+    input_len: u32,
+    output_len: u32,
+    requests: u32,
+) -> LevelPrediction {
+    let c = concurrency.max(1);
+    let output_len = output_len.max(1);
+    let scale = params.time_scale;
+    let mut sched = Scheduler::new(params.clone());
+    let n = requests.max(1) as usize;
+    let mut arrival = vec![0.0f64; n];
+    let mut last = vec![0.0f64; n];
+    let mut ttft = Vec::with_capacity(n);
+    let mut e2e = Vec::with_capacity(n);
+    let mut itl = Vec::with_capacity(n * (output_len as usize - 1).min(4096));
+    let mut issued = 0usize;
+    let mut done = 0usize;
+    let mut t = 0.0f64;
+    let mut crashed = false;
+    let mut refused = false;
+    while issued < n.min(c as usize) {
+        refused |= sched.submit(issued as u64, input_len, output_len).is_err();
+        issued += 1;
+    }
+    while done < n && !refused {
+        let Some(step) = sched.next_step() else {
+            break;
+        };
+        if let StepKind::Decode { batch } = step.kind
+            && params.crashes_at(batch)
+        {
+            crashed = true;
+            break;
+        }
+        t += step.ms * scale;
+        for e in &step.emits {
+            let i = e.id as usize;
+            if e.count == 1 {
+                ttft.push(t - arrival[i]);
+            } else {
+                itl.push(t - last[i]);
+            }
+            last[i] = t;
+            if e.finished {
+                e2e.push(t - arrival[i]);
+                done += 1;
+                if issued < n {
+                    arrival[issued] = t;
+                    refused |= sched.submit(issued as u64, input_len, output_len).is_err();
+                    issued += 1;
+                }
+            }
+        }
+    }
+    if crashed || refused || done == 0 {
+        return LevelPrediction {
+            concurrency: c,
+            requests: n as u32,
+            crashed: true,
+            duration_s: t / 1e3,
+            output_tokens_per_s: 0.0,
+            requests_per_s: 0.0,
+            ttft_ms_p50: 0.0,
+            ttft_ms_p99: 0.0,
+            itl_ms_p50: 0.0,
+            itl_ms_p99: 0.0,
+            e2e_ms_p50: 0.0,
+            e2e_ms_p99: 0.0,
+        };
+    }
+    let secs = t / 1e3;
+    LevelPrediction {
+        concurrency: c,
+        requests: n as u32,
+        crashed: false,
+        duration_s: secs,
+        output_tokens_per_s: (done as f64 * f64::from(output_len)) / secs,
+        requests_per_s: done as f64 / secs,
+        ttft_ms_p50: pct(&mut ttft, 50.0),
+        ttft_ms_p99: pct(&mut ttft, 99.0),
+        itl_ms_p50: pct(&mut itl, 50.0),
+        itl_ms_p99: pct(&mut itl, 99.0),
+        e2e_ms_p50: pct(&mut e2e, 50.0),
+        e2e_ms_p99: pct(&mut e2e, 99.0),
+    }
+}
+
+/// Requests a prediction runs per level: enough rounds that ramp-up and drain do not dominate.
+pub fn default_requests(concurrency: u32) -> u32 {
+    (concurrency.max(1) * 8).max(64)
+}
+
+/// Output tokens per second (wall clock) a closed loop at `concurrency` is predicted to reach;
+/// 0 when the engine crashes at that load.
+pub fn steady_state_throughput(
+    params: &ModelParams,
+    concurrency: u32,
+    input_len: u32,
+    output_len: u32,
+) -> f64 {
+    closed_loop(
+        params,
+        concurrency,
+        input_len,
+        output_len,
+        default_requests(concurrency),
+    )
+    .output_tokens_per_s
+}
+
+/// The highest concurrency whose closed-loop level meets `slo` (0 if even 1 does not), found by
+/// doubling then bisecting; assumes latency does not fall as concurrency rises (true of this
+/// model). Searches up to 16,384.
+pub fn knee(params: &ModelParams, input_len: u32, output_len: u32, slo: Slo) -> u32 {
+    let meets =
+        |c: u32| closed_loop(params, c, input_len, output_len, default_requests(c)).meets(&slo);
+    if !meets(1) {
+        return 0;
+    }
+    let mut lo = 1u32;
+    let mut hi = 2u32;
+    while hi <= 16_384 && meets(hi) {
+        lo = hi;
+        hi *= 2;
+    }
+    if hi > 16_384 {
+        return lo;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if meets(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
