@@ -1,0 +1,612 @@
+//! Every metric the controller records, its attribute keys, and the translation of OpenTelemetry
+//! names to the Prometheus names the OpenTelemetry collector produces (and `/metrics` serves).
+//!
+//! The translation follows the collector's `pkg/translator/prometheus` ("classic" names with
+//! suffixes, the default of the collector's Prometheus exporters and of Prometheus' own OTLP
+//! receiver): characters outside `[a-zA-Z0-9_:]` become `_`, runs of `_` collapse, the unit
+//! becomes a suffix (`s` → `_seconds`, `By` → `_bytes`, `{token}/s` → `_per_second`, a gauge
+//! with unit `1` → `_ratio`), monotonic sums end in `_total`.
+
+/// Instrument kind, as OpenTelemetry and Prometheus see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic sum; Prometheus `counter` with `_total`.
+    Counter,
+    /// Last value; Prometheus `gauge`.
+    Gauge,
+    /// Explicit-bucket histogram; Prometheus `_bucket`/`_sum`/`_count`.
+    Histogram,
+}
+
+/// One metric: its OpenTelemetry name, unit, kind, description and (histograms) bucket bounds.
+#[derive(Debug)]
+pub struct MetricDesc {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+    pub buckets: &'static [f64],
+}
+
+impl MetricDesc {
+    /// The name of this metric in Prometheus (without `_bucket`/`_sum`/`_count`).
+    pub fn prometheus_name(&self) -> String {
+        prometheus_name(self.name, self.unit, self.kind)
+    }
+}
+
+/// Attribute keys (span attributes use the same keys). On Prometheus, dots become underscores.
+pub mod attr {
+    pub const JOB_ID: &str = "fleetbench.job.id";
+    pub const JOB_KIND: &str = "fleetbench.job.kind";
+    pub const JOB_STATE: &str = "fleetbench.job.state";
+    pub const TRIAL_STATE: &str = "fleetbench.trial.state";
+    /// The agent's host name as the controller's inventory knows it.
+    pub const HOST: &str = "fleetbench.host";
+    pub const CONFIG_ID: &str = "fleetbench.config.id";
+    pub const CONFIG_NAME: &str = "fleetbench.config.name";
+    pub const ENGINE_KIND: &str = "fleetbench.engine.kind";
+    pub const WORKLOAD: &str = "fleetbench.workload";
+    pub const REPEAT: &str = "fleetbench.repeat";
+    /// Closed-loop concurrency (or an open-loop run's cap); empty for pure rate levels.
+    pub const CONCURRENCY: &str = "fleetbench.concurrency";
+    /// Open-loop request rate per second; empty for closed-loop levels.
+    pub const REQUEST_RATE: &str = "fleetbench.request_rate";
+    /// `p50`, `p90`, `p99`, `mean`, … of a level's latency distribution.
+    pub const QUANTILE: &str = "fleetbench.quantile";
+    /// `ok`, `failed`, `crashed` for levels; `ok`, `failed` for requests.
+    pub const OUTCOME: &str = "fleetbench.outcome";
+    pub const CRASH_CLASS: &str = "fleetbench.crash.class";
+    pub const GPU_INDEX: &str = "fleetbench.gpu.index";
+    pub const SUITE: &str = "fleetbench.suite";
+    pub const METRIC: &str = "fleetbench.metric";
+    pub const LEVEL: &str = "fleetbench.level";
+    pub const VERDICT: &str = "fleetbench.verdict";
+    // Semantic-convention keys.
+    pub const MODEL: &str = "gen_ai.request.model";
+    pub const PROVIDER: &str = "gen_ai.provider.name";
+    pub const TOKEN_TYPE: &str = "gen_ai.token.type";
+    pub const HW_ID: &str = "hw.id";
+    pub const HW_TYPE: &str = "hw.type";
+    pub const IO_DIRECTION: &str = "network.io.direction";
+}
+
+const fn counter(name: &'static str, unit: &'static str, help: &'static str) -> MetricDesc {
+    MetricDesc {
+        name,
+        unit,
+        kind: Kind::Counter,
+        help,
+        buckets: &[],
+    }
+}
+const fn gauge(name: &'static str, unit: &'static str, help: &'static str) -> MetricDesc {
+    MetricDesc {
+        name,
+        unit,
+        kind: Kind::Gauge,
+        help,
+        buckets: &[],
+    }
+}
+
+/// Latency buckets in seconds: the GenAI conventions' doubling series, with finer steps below
+/// 10 ms where inter-token latencies of small models live.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+    40.96, 81.92,
+];
+
+// --- jobs, trials, levels, crashes -----------------------------------------------------------
+pub const JOBS_SUBMITTED: MetricDesc = counter(
+    "fleetbench.jobs.submitted",
+    "{job}",
+    "Jobs accepted, by kind.",
+);
+pub const JOBS_FINISHED: MetricDesc = counter(
+    "fleetbench.jobs.finished",
+    "{job}",
+    "Jobs that ended, by kind and final state.",
+);
+pub const TRIALS: MetricDesc = counter(
+    "fleetbench.trials",
+    "{trial}",
+    "Trial attempts that ended, by host, config and state.",
+);
+pub const LEVELS: MetricDesc = counter(
+    "fleetbench.levels",
+    "{level}",
+    "Load levels stored, by config and outcome.",
+);
+pub const CRASHES: MetricDesc = counter(
+    "fleetbench.engine.crashes",
+    "{crash}",
+    "Engine crashes (at start or during a level), by host, config and class.",
+);
+pub const REQUESTS: MetricDesc = counter(
+    "fleetbench.requests",
+    "{request}",
+    "Benchmark requests sent, by outcome.",
+);
+pub const TOKENS: MetricDesc = counter(
+    "fleetbench.tokens",
+    "{token}",
+    "Tokens processed by benchmark requests, by gen_ai.token.type (input, output).",
+);
+
+// --- per-level results (gauges: the level's last stored value) ------------------------------
+pub const LEVEL_OUTPUT_TOKENS: MetricDesc = gauge(
+    "fleetbench.level.output_tokens",
+    "{token}/s",
+    "Output tokens per second of a level.",
+);
+pub const LEVEL_TOTAL_TOKENS: MetricDesc = gauge(
+    "fleetbench.level.total_tokens",
+    "{token}/s",
+    "Input plus output tokens per second of a level.",
+);
+pub const LEVEL_REQUESTS: MetricDesc = gauge(
+    "fleetbench.level.requests",
+    "{request}/s",
+    "Completed requests per second of a level.",
+);
+pub const LEVEL_GOODPUT: MetricDesc = gauge(
+    "fleetbench.level.goodput",
+    "{request}/s",
+    "Requests per second that met the SLO of a level.",
+);
+pub const LEVEL_TTFT: MetricDesc = gauge(
+    "fleetbench.level.time_to_first_token",
+    "s",
+    "Time to first token of a level, by fleetbench.quantile.",
+);
+pub const LEVEL_ITL: MetricDesc = gauge(
+    "fleetbench.level.inter_token_latency",
+    "s",
+    "Inter-token latency of a level, by fleetbench.quantile.",
+);
+pub const LEVEL_TPOT: MetricDesc = gauge(
+    "fleetbench.level.time_per_output_token",
+    "s",
+    "Time per output token of a level, by fleetbench.quantile.",
+);
+pub const LEVEL_E2E: MetricDesc = gauge(
+    "fleetbench.level.request_duration",
+    "s",
+    "End-to-end request latency of a level, by fleetbench.quantile.",
+);
+pub const LEVEL_ERRORS: MetricDesc = gauge(
+    "fleetbench.level.errors",
+    "{request}",
+    "Failed requests of a level.",
+);
+pub const LEVEL_CRASHED: MetricDesc = gauge(
+    "fleetbench.level.crashed",
+    "",
+    "1 when the engine crashed during the level, else 0.",
+);
+
+// --- client-side request latency, GenAI semantic conventions -------------------------------
+pub const CLIENT_DURATION: MetricDesc = MetricDesc {
+    name: "gen_ai.client.operation.duration",
+    unit: "s",
+    kind: Kind::Histogram,
+    help: "End-to-end request latency measured by the load generator.",
+    buckets: LATENCY_BUCKETS,
+};
+pub const CLIENT_TTFC: MetricDesc = MetricDesc {
+    name: "gen_ai.client.operation.time_to_first_chunk",
+    unit: "s",
+    kind: Kind::Histogram,
+    help: "Time to the first streamed token measured by the load generator.",
+    buckets: LATENCY_BUCKETS,
+};
+pub const CLIENT_TPOC: MetricDesc = MetricDesc {
+    name: "gen_ai.client.operation.time_per_output_chunk",
+    unit: "s",
+    kind: Kind::Histogram,
+    help: "Time between streamed tokens measured by the load generator.",
+    buckets: LATENCY_BUCKETS,
+};
+
+// --- GPU telemetry relayed from agents, hardware semantic conventions -----------------------
+pub const GPU_UTILIZATION: MetricDesc = gauge(
+    "hw.gpu.utilization",
+    "1",
+    "GPU utilisation (0..1), from NVML.",
+);
+pub const GPU_MEMORY_UTILIZATION: MetricDesc = gauge(
+    "hw.gpu.memory.utilization",
+    "1",
+    "GPU memory controller utilisation (0..1).",
+);
+pub const GPU_MEMORY_USAGE: MetricDesc = gauge("hw.gpu.memory.usage", "By", "GPU memory in use.");
+pub const GPU_MEMORY_LIMIT: MetricDesc = gauge("hw.gpu.memory.limit", "By", "GPU memory in total.");
+pub const GPU_POWER: MetricDesc = gauge("hw.power", "W", "GPU power draw.");
+pub const GPU_ENERGY: MetricDesc = counter(
+    "hw.energy",
+    "J",
+    "GPU energy consumed since the driver loaded.",
+);
+pub const GPU_TEMPERATURE: MetricDesc = gauge("hw.temperature", "Cel", "GPU temperature.");
+pub const GPU_PCIE_THROUGHPUT: MetricDesc = gauge(
+    "fleetbench.gpu.pcie.throughput",
+    "By/s",
+    "PCIe traffic of a GPU, by network.io.direction.",
+);
+pub const GPU_NVLINK_THROUGHPUT: MetricDesc = gauge(
+    "fleetbench.gpu.nvlink.throughput",
+    "By/s",
+    "NVLink traffic of a GPU, by network.io.direction.",
+);
+
+// --- engine metrics relayed from agents -------------------------------------------------------
+pub const ENGINE_RUNNING: MetricDesc = gauge(
+    "fleetbench.engine.running_requests",
+    "{request}",
+    "Requests the engine is running, from its /metrics.",
+);
+pub const ENGINE_QUEUED: MetricDesc = gauge(
+    "fleetbench.engine.queued_requests",
+    "{request}",
+    "Requests waiting in the engine's queue, from its /metrics.",
+);
+pub const ENGINE_KV_CACHE: MetricDesc = gauge(
+    "fleetbench.engine.kv_cache.usage",
+    "1",
+    "Fraction of the engine's KV cache in use.",
+);
+pub const ENGINE_GENERATION: MetricDesc = gauge(
+    "fleetbench.engine.generation_throughput",
+    "{token}/s",
+    "Generation tokens per second the engine reports.",
+);
+pub const ENGINE_PROCESS_CPU: MetricDesc = gauge(
+    "fleetbench.engine.process.cpu.utilization",
+    "1",
+    "CPU use of the engine's process group (1 = one core).",
+);
+pub const ENGINE_PROCESS_MEMORY: MetricDesc = gauge(
+    "fleetbench.engine.process.memory.usage",
+    "By",
+    "Resident memory of the engine's process group.",
+);
+pub const HOST_CONFIG: MetricDesc = gauge(
+    "fleetbench.host.config",
+    "",
+    "1 for the config each host's engine runs now (one series per host).",
+);
+
+// --- regression suites ------------------------------------------------------------------------
+pub const REGRESSION_VERDICTS: MetricDesc = counter(
+    "fleetbench.regression.verdicts",
+    "{verdict}",
+    "Regression checks, by suite, metric, level and verdict (pass, regressed).",
+);
+pub const REGRESSION_REGRESSED: MetricDesc = gauge(
+    "fleetbench.regression.regressed",
+    "",
+    "1 when the last run of a suite regressed on a metric at a level, else 0.",
+);
+pub const REGRESSION_CURRENT: MetricDesc = gauge(
+    "fleetbench.regression.current",
+    "",
+    "The last run's value of a suite's metric at a level (the metric's own unit).",
+);
+pub const REGRESSION_BASELINE: MetricDesc = gauge(
+    "fleetbench.regression.baseline",
+    "",
+    "The baseline value the last run was compared against.",
+);
+
+/// Every metric, in the order `/metrics` lists them.
+pub const ALL: &[&MetricDesc] = &[
+    &JOBS_SUBMITTED,
+    &JOBS_FINISHED,
+    &TRIALS,
+    &LEVELS,
+    &CRASHES,
+    &REQUESTS,
+    &TOKENS,
+    &LEVEL_OUTPUT_TOKENS,
+    &LEVEL_TOTAL_TOKENS,
+    &LEVEL_REQUESTS,
+    &LEVEL_GOODPUT,
+    &LEVEL_TTFT,
+    &LEVEL_ITL,
+    &LEVEL_TPOT,
+    &LEVEL_E2E,
+    &LEVEL_ERRORS,
+    &LEVEL_CRASHED,
+    &CLIENT_DURATION,
+    &CLIENT_TTFC,
+    &CLIENT_TPOC,
+    &GPU_UTILIZATION,
+    &GPU_MEMORY_UTILIZATION,
+    &GPU_MEMORY_USAGE,
+    &GPU_MEMORY_LIMIT,
+    &GPU_POWER,
+    &GPU_ENERGY,
+    &GPU_TEMPERATURE,
+    &GPU_PCIE_THROUGHPUT,
+    &GPU_NVLINK_THROUGHPUT,
+    &ENGINE_RUNNING,
+    &ENGINE_QUEUED,
+    &ENGINE_KV_CACHE,
+    &ENGINE_GENERATION,
+    &ENGINE_PROCESS_CPU,
+    &ENGINE_PROCESS_MEMORY,
+    &HOST_CONFIG,
+    &REGRESSION_VERDICTS,
+    &REGRESSION_REGRESSED,
+    &REGRESSION_CURRENT,
+    &REGRESSION_BASELINE,
+];
+
+fn unit_word(unit: &str) -> Option<&'static str> {
+    Some(match unit {
+        "d" => "days",
+        "h" => "hours",
+        "min" => "minutes",
+        "s" => "seconds",
+        "ms" => "milliseconds",
+        "us" => "microseconds",
+        "ns" => "nanoseconds",
+        "By" => "bytes",
+        "KiBy" => "kibibytes",
+        "MiBy" => "mebibytes",
+        "GiBy" => "gibibytes",
+        "TiBy" => "tibibytes",
+        "KBy" => "kilobytes",
+        "MBy" => "megabytes",
+        "GBy" => "gigabytes",
+        "TBy" => "terabytes",
+        "m" => "meters",
+        "V" => "volts",
+        "A" => "amperes",
+        "J" => "joules",
+        "W" => "watts",
+        "g" => "grams",
+        "Cel" => "celsius",
+        "Hz" => "hertz",
+        "%" => "percent",
+        _ => return None,
+    })
+}
+
+fn per_unit_word(unit: &str) -> Option<&'static str> {
+    Some(match unit {
+        "s" => "second",
+        "m" => "minute",
+        "h" => "hour",
+        "d" => "day",
+        "w" => "week",
+        "mo" => "month",
+        "y" => "year",
+        _ => return None,
+    })
+}
+
+/// Removes `{…}` annotations from a UCUM unit (`{token}/s` → `/s`).
+fn strip_annotations(unit: &str) -> String {
+    let mut out = String::with_capacity(unit.len());
+    let mut depth = 0u32;
+    for c in unit.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn tokens_of(s: &str) -> Vec<String> {
+    s.split(|c: char| !(c.is_ascii_alphanumeric() || c == ':'))
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The Prometheus name the OpenTelemetry collector gives an OTLP metric.
+pub fn prometheus_name(name: &str, unit: &str, kind: Kind) -> String {
+    let mut tokens = tokens_of(name);
+    let unit = strip_annotations(unit);
+    let (main, per) = match unit.split_once('/') {
+        Some((m, p)) => (m.trim(), Some(p.trim())),
+        None => (unit.trim(), None),
+    };
+    if !main.is_empty() {
+        let word = if main == "1" {
+            (kind == Kind::Gauge).then(|| "ratio".to_string())
+        } else {
+            Some(
+                unit_word(main)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| sanitize(main)),
+            )
+        };
+        if let Some(word) = word
+            && !word.is_empty()
+            && !tokens.contains(&word)
+        {
+            tokens.push(word);
+        }
+    }
+    if let Some(per) = per.filter(|p| !p.is_empty()) {
+        let word = per_unit_word(per)
+            .map(str::to_string)
+            .unwrap_or_else(|| sanitize(per));
+        if !tokens.iter().any(|t| t == &word) {
+            tokens.push("per".into());
+            tokens.push(word);
+        }
+    }
+    if kind == Kind::Counter {
+        tokens.retain(|t| t != "total");
+        tokens.push("total".into());
+    }
+    let mut out = tokens.join("_");
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+fn sanitize(s: &str) -> String {
+    tokens_of(s).join("_")
+}
+
+/// The Prometheus label name of an attribute key (`gen_ai.request.model` → `gen_ai_request_model`).
+pub fn prometheus_label(key: &str) -> String {
+    let mut out: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out = format!("key_{out}");
+    } else if out.starts_with('_') && !out.starts_with("__") {
+        out = format!("key{out}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collector_translation_of_semconv_names() {
+        let cases = [
+            (
+                "gen_ai.server.time_to_first_token",
+                "s",
+                Kind::Histogram,
+                "gen_ai_server_time_to_first_token_seconds",
+            ),
+            (
+                "gen_ai.client.operation.duration",
+                "s",
+                Kind::Histogram,
+                "gen_ai_client_operation_duration_seconds",
+            ),
+            (
+                "gen_ai.client.token.usage",
+                "{token}",
+                Kind::Histogram,
+                "gen_ai_client_token_usage",
+            ),
+            (
+                "hw.gpu.utilization",
+                "1",
+                Kind::Gauge,
+                "hw_gpu_utilization_ratio",
+            ),
+            (
+                "hw.gpu.memory.usage",
+                "By",
+                Kind::Gauge,
+                "hw_gpu_memory_usage_bytes",
+            ),
+            ("hw.power", "W", Kind::Gauge, "hw_power_watts"),
+            ("hw.energy", "J", Kind::Counter, "hw_energy_joules_total"),
+            (
+                "hw.temperature",
+                "Cel",
+                Kind::Gauge,
+                "hw_temperature_celsius",
+            ),
+            (
+                "fleetbench.jobs.submitted",
+                "{job}",
+                Kind::Counter,
+                "fleetbench_jobs_submitted_total",
+            ),
+            (
+                "fleetbench.level.output_tokens",
+                "{token}/s",
+                Kind::Gauge,
+                "fleetbench_level_output_tokens_per_second",
+            ),
+            (
+                "fleetbench.gpu.pcie.throughput",
+                "By/s",
+                Kind::Gauge,
+                "fleetbench_gpu_pcie_throughput_bytes_per_second",
+            ),
+            (
+                "fleetbench.level.crashed",
+                "",
+                Kind::Gauge,
+                "fleetbench_level_crashed",
+            ),
+            // A unit already in the name is not repeated; `total` moves to the end once.
+            (
+                "http.request.duration_seconds",
+                "s",
+                Kind::Histogram,
+                "http_request_duration_seconds",
+            ),
+            (
+                "requests.total",
+                "{request}",
+                Kind::Counter,
+                "requests_total",
+            ),
+            // `1` on a counter adds nothing (ratio is for gauges only).
+            ("x.events", "1", Kind::Counter, "x_events_total"),
+            ("latency", "ms", Kind::Gauge, "latency_milliseconds"),
+            ("2xx.count", "", Kind::Gauge, "_2xx_count"),
+        ];
+        for (name, unit, kind, want) in cases {
+            assert_eq!(
+                prometheus_name(name, unit, kind),
+                want,
+                "{name} [{unit}] {kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_catalogued_metric_has_a_distinct_valid_prometheus_name() {
+        let mut seen = std::collections::HashSet::new();
+        for m in ALL {
+            let p = m.prometheus_name();
+            assert!(
+                p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+                "{p}"
+            );
+            assert!(seen.insert(p.clone()), "duplicate Prometheus name {p}");
+            assert_eq!(m.kind == Kind::Counter, p.ends_with("_total"), "{p}");
+            assert_eq!(
+                m.kind == Kind::Histogram,
+                !m.buckets.is_empty(),
+                "{}",
+                m.name
+            );
+        }
+    }
+
+    #[test]
+    fn attribute_keys_become_labels() {
+        assert_eq!(
+            prometheus_label("gen_ai.request.model"),
+            "gen_ai_request_model"
+        );
+        assert_eq!(prometheus_label(attr::CONFIG_ID), "fleetbench_config_id");
+        assert_eq!(
+            prometheus_label("network.io.direction"),
+            "network_io_direction"
+        );
+        assert_eq!(prometheus_label("9lives"), "key_9lives");
+        assert_eq!(prometheus_label("_private"), "key_private");
+    }
+}
