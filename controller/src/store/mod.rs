@@ -140,6 +140,7 @@ impl Store {
             .disable_statement_logging();
         let pool = AnyPoolOptions::new()
             .max_connections(max_conns)
+            .acquire_timeout(std::time::Duration::from_secs(10))
             .connect_with(opts)
             .await
             .map_err(open_err)?;
@@ -157,6 +158,15 @@ impl Store {
     /// The backend this store talks to.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Runs one statement as is (administration and tests: `CREATE DATABASE …`).
+    pub async fn execute_raw(&self, sql: &str) -> Result<(), StoreError> {
+        sqlx::raw_sql(sql)
+            .execute(&self.pool)
+            .await
+            .map_err(q("raw statement"))?;
+        Ok(())
     }
 
     /// Closes the pool (waits for connections to be returned).
