@@ -1,1 +1,183 @@
-//! fleetbench-agent
+//! fleetbench-agent: the gRPC service on every GPU host. It owns the local inference engine
+//! (one supervisor task, one process group), reads the host's GPUs, scrapes the engine's
+//! metrics and runs the load generator against the engine on loopback.
+//!
+//! In-process use (the CLI's embedded mode):
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), fleetbench_agent::AgentError> {
+//! let agent = fleetbench_agent::start(fleetbench_agent::AgentConfig::local("/tmp/fb")).await?;
+//! println!("agent on {}", agent.addr);
+//! agent.shutdown().await; // stops the engine; no process is left behind
+//! # Ok(()) }
+//! ```
+
+pub mod bench;
+pub mod config;
+pub mod convert;
+pub mod host;
+pub mod http;
+pub mod metrics;
+pub mod profile;
+pub mod register;
+pub mod server;
+pub mod service;
+pub mod status;
+pub mod supervisor;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{AgentConfig, ConfigError};
+pub use profile::Profile;
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The TLS files could not be loaded.
+    #[error("tls: {0}")]
+    Tls(#[from] fleetbench_support::tls::TlsError),
+    /// Self-registration could not be set up.
+    #[error(transparent)]
+    Register(#[from] register::RegisterError),
+    /// The data directory could not be created.
+    #[error("data_dir {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The listen address could not be bound.
+    #[error("listen {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct AgentHandle {
+    /// The address the gRPC server is bound to (the real port when the config said 0).
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    supervisor: supervisor::Supervisor,
+}
+
+impl AgentHandle {
+    /// Stops the engine (its whole process group), then the server.
+    pub async fn shutdown(self) {
+        self.supervisor.shutdown().await;
+        self.stop.cancel();
+        match self.server.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "gRPC server task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+
+    /// Resolves when the server stops on its own (an error), for binaries that wait on it.
+    pub async fn stopped(&mut self) -> Result<(), String> {
+        match (&mut self.server).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Starts the agent: checks TLS material, creates the data directory, binds, serves. Nothing is
+/// bound when any check fails.
+pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
+    if config.tls.is_none() && !config.listen.ip().is_loopback() {
+        return Err(ConfigError::field(
+            "insecure",
+            "plaintext is allowed only on a loopback listen address",
+        )
+        .into());
+    }
+    let tls = match &config.tls {
+        Some(t) => Some(fleetbench_support::tls::server_tls(
+            &t.cert,
+            &t.key,
+            &t.client_ca,
+        )?),
+        None => None,
+    };
+    let registration = match &config.controller {
+        Some(c) => Some((register::endpoint(c)?, c.clone())),
+        None => None,
+    };
+    std::fs::create_dir_all(config.data_dir.join("runs")).map_err(|source| {
+        AgentError::DataDir {
+            path: config.data_dir.display().to_string(),
+            source,
+        }
+    })?;
+    supervisor::group::become_subreaper();
+    let gpus = tokio::task::spawn_blocking(fleetbench_gpu::Gpus::init)
+        .await
+        .unwrap_or_else(|e| {
+            fleetbench_gpu::Gpus::unavailable(format!("NVML initialisation panicked: {e}"))
+        });
+    if let Some(reason) = gpus.unavailable_reason() {
+        tracing::info!(%reason, "no GPUs to report");
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| AgentError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| AgentError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+
+    let http = http::HttpClient::new();
+    let sup = supervisor::Supervisor::start(
+        supervisor::SupervisorConfig {
+            data_dir: config.data_dir.clone(),
+            release_timeout: config.release_timeout,
+            log_ring_lines: config.log_ring_lines,
+        },
+        gpus.clone(),
+        http.clone(),
+    );
+    let cfg = Arc::new(config);
+    let service = service::AgentService::new(cfg.clone(), sup.clone(), gpus, http);
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(server::serve(
+        listener,
+        tls,
+        service,
+        stop.clone().cancelled_owned(),
+    ));
+    if let Some((ep, c)) = registration {
+        let advertise = c
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", host::hostname(), addr.port()));
+        tokio::spawn(register::run(
+            ep,
+            c,
+            cfg.name.clone(),
+            advertise,
+            cfg.labels.clone(),
+            stop.clone(),
+        ));
+    }
+    tracing::info!(%addr, tls = cfg.tls.is_some(), profiles = ?cfg.profiles.keys().collect::<Vec<_>>(), "agent serving");
+    Ok(AgentHandle {
+        addr,
+        stop,
+        server,
+        supervisor: sup,
+    })
+}

@@ -1,0 +1,430 @@
+//! The agent's configuration: one typed, validated struct loaded from a TOML file plus
+//! `FLEETBENCH_AGENT__…` environment overrides (`__` separates nested keys, e.g.
+//! `FLEETBENCH_AGENT__LISTEN=0.0.0.0:7443`, `FLEETBENCH_AGENT__PROFILES__SIM__PORT=31000`).
+//!
+//! Everything is checked before any port is bound; an error names the field.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::profile::{Profile, RawProfile};
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or parsed, or a value has the wrong type.
+    #[error("{path}: {message}")]
+    Load { path: String, message: String },
+    /// A field holds a value the agent cannot use.
+    #[error("config field `{field}`: {message}")]
+    Field { field: String, message: String },
+}
+
+impl ConfigError {
+    pub(crate) fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Field {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// TLS files of the agent's server side.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The agent's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// The agent's private key (PEM).
+    pub key: PathBuf,
+    /// The CA a client (controller) certificate must chain to (PEM).
+    pub client_ca: PathBuf,
+}
+
+/// Client TLS files for calling the controller.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Name the controller's certificate carries (default: the host of `address`).
+    pub domain: Option<String>,
+}
+
+/// Self-registration with a controller (`RegisterAgent`, repeated as a heartbeat).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerConfig {
+    /// `https://host:port` (or `http://` on loopback) of the controller's gRPC API.
+    pub address: String,
+    /// `host:port` the controller dials to reach this agent (default: hostname and listen port).
+    pub advertise: Option<String>,
+    /// Seconds between registrations when the controller does not say (default 30).
+    #[serde(default = "default_register_interval")]
+    pub interval_s: u64,
+    /// Client certificate for an `https://` controller.
+    pub tls: Option<ClientTlsFiles>,
+}
+
+fn default_register_interval() -> u64 {
+    30
+}
+
+/// The file format, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    name: Option<String>,
+    #[serde(default = "default_listen")]
+    listen: String,
+    #[serde(default)]
+    insecure: bool,
+    tls: Option<TlsFiles>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    controller: Option<ControllerConfig>,
+    #[serde(default)]
+    profiles: BTreeMap<String, RawProfile>,
+    #[serde(default = "default_ring")]
+    log_ring_lines: usize,
+    #[serde(default = "default_release_wait")]
+    release_timeout_s: f64,
+}
+
+fn default_listen() -> String {
+    "0.0.0.0:7443".into()
+}
+fn default_ring() -> usize {
+    2000
+}
+fn default_release_wait() -> f64 {
+    120.0
+}
+
+/// The agent's validated configuration.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Name reported to the controller (default: the host name).
+    pub name: String,
+    /// Address the gRPC server binds (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// `None` only when `insecure = true` on a loopback address.
+    pub tls: Option<TlsFiles>,
+    /// Where each engine run's log file is written (`<data_dir>/runs/<run_id>.log`).
+    pub data_dir: PathBuf,
+    pub labels: BTreeMap<String, String>,
+    pub controller: Option<ControllerConfig>,
+    /// Engine profiles by name; the built-in ones (named after their kind) unless replaced.
+    pub profiles: BTreeMap<String, Profile>,
+    /// Engine log lines kept in memory for `StreamLogs` and crash classification.
+    pub log_ring_lines: usize,
+    /// How long a stop may wait for the old process group, its port and its GPU memory to be
+    /// released before the apply fails.
+    pub release_timeout: Duration,
+}
+
+impl AgentConfig {
+    /// A loopback, plaintext agent on `127.0.0.1:0` with the built-in profiles: the CLI's
+    /// embedded mode.
+    pub fn local(data_dir: impl Into<PathBuf>) -> AgentConfig {
+        AgentConfig {
+            name: "local".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: None,
+            data_dir: data_dir.into(),
+            labels: BTreeMap::new(),
+            controller: None,
+            profiles: Profile::builtins(),
+            log_ring_lines: default_ring(),
+            release_timeout: Duration::from_secs_f64(default_release_wait()),
+        }
+    }
+
+    /// Loads `path` (TOML) with `FLEETBENCH_AGENT__…` overrides from the process environment.
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let env: BTreeMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("FLEETBENCH_AGENT__"))
+            .collect();
+        Self::load_with_env(path, env)
+    }
+
+    /// As [`load`](Self::load) with an explicit set of environment overrides (for tests).
+    pub fn load_with_env(
+        path: &Path,
+        env: BTreeMap<String, String>,
+    ) -> Result<AgentConfig, ConfigError> {
+        let shown = path.display().to_string();
+        if !path.is_file() {
+            return Err(ConfigError::Load {
+                path: shown,
+                message: "no such file".into(),
+            });
+        }
+        let env_map: config::Map<String, String> = env.into_iter().collect();
+        let raw: RawConfig = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("FLEETBENCH_AGENT")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(env_map)),
+            )
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| ConfigError::Load {
+                path: shown.clone(),
+                message: e.to_string(),
+            })?;
+        let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Self::from_raw(raw, &base)
+    }
+
+    /// Parses TOML text (paths relative to `base`), without environment overrides.
+    pub fn from_toml(text: &str, base: &Path) -> Result<AgentConfig, ConfigError> {
+        let raw: RawConfig = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| ConfigError::Load {
+                path: "<config>".into(),
+                message: e.to_string(),
+            })?;
+        Self::from_raw(raw, base)
+    }
+
+    fn from_raw(raw: RawConfig, base: &Path) -> Result<AgentConfig, ConfigError> {
+        let listen: SocketAddr = raw.listen.parse().map_err(|e| {
+            ConfigError::field(
+                "listen",
+                format!("{:?} is not an address like 0.0.0.0:7443: {e}", raw.listen),
+            )
+        })?;
+        let abs = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let tls = match (raw.insecure, raw.tls) {
+            (true, Some(_)) => {
+                return Err(ConfigError::field(
+                    "insecure",
+                    "insecure = true and a [tls] section exclude each other",
+                ));
+            }
+            (true, None) if !listen.ip().is_loopback() => {
+                return Err(ConfigError::field(
+                    "insecure",
+                    format!(
+                        "insecure = true is allowed only on a loopback listen address, \
+                         not {listen}; configure [tls] (fleetbench certs init DIR writes the files)"
+                    ),
+                ));
+            }
+            (true, None) => None,
+            (false, None) => {
+                return Err(ConfigError::field(
+                    "tls",
+                    "missing: give [tls] cert, key and client_ca (or insecure = true on a \
+                     loopback listen address)",
+                ));
+            }
+            (false, Some(t)) => {
+                let t = TlsFiles {
+                    cert: abs(&t.cert),
+                    key: abs(&t.key),
+                    client_ca: abs(&t.client_ca),
+                };
+                for (field, p) in [
+                    ("tls.cert", &t.cert),
+                    ("tls.key", &t.key),
+                    ("tls.client_ca", &t.client_ca),
+                ] {
+                    if !p.is_file() {
+                        return Err(ConfigError::field(
+                            field,
+                            format!("{} does not exist", p.display()),
+                        ));
+                    }
+                }
+                Some(t)
+            }
+        };
+        let data_dir = match raw.data_dir {
+            Some(d) => abs(&d),
+            None => {
+                return Err(ConfigError::field(
+                    "data_dir",
+                    "missing: where engine logs are written",
+                ));
+            }
+        };
+        if raw.log_ring_lines == 0 {
+            return Err(ConfigError::field("log_ring_lines", "must be at least 1"));
+        }
+        if !(raw.release_timeout_s.is_finite() && raw.release_timeout_s > 0.0) {
+            return Err(ConfigError::field(
+                "release_timeout_s",
+                "must be a positive number of seconds",
+            ));
+        }
+        if let Some(c) = &raw.controller {
+            if !(c.address.starts_with("http://") || c.address.starts_with("https://")) {
+                return Err(ConfigError::field(
+                    "controller.address",
+                    format!("{:?} must start with http:// or https://", c.address),
+                ));
+            }
+            if c.address.starts_with("https://") && c.tls.is_none() {
+                return Err(ConfigError::field(
+                    "controller.tls",
+                    "an https:// controller needs ca, cert and key",
+                ));
+            }
+            if c.interval_s == 0 {
+                return Err(ConfigError::field(
+                    "controller.interval_s",
+                    "must be at least 1",
+                ));
+            }
+        }
+        let controller = raw.controller.map(|mut c| {
+            c.tls = c.tls.map(|t| ClientTlsFiles {
+                ca: abs(&t.ca),
+                cert: abs(&t.cert),
+                key: abs(&t.key),
+                domain: t.domain,
+            });
+            c
+        });
+        let mut profiles = Profile::builtins();
+        for (name, rp) in raw.profiles {
+            let p = Profile::from_raw(&name, rp)?;
+            profiles.insert(name, p);
+        }
+        Ok(AgentConfig {
+            name: raw.name.unwrap_or_else(crate::host::hostname),
+            listen,
+            tls,
+            data_dir,
+            labels: raw.labels,
+            controller,
+            profiles,
+            log_ring_lines: raw.log_ring_lines,
+            release_timeout: Duration::from_secs_f64(raw.release_timeout_s),
+        })
+    }
+}
+
+/// Helper for callers building profiles in code (the CLI's embedded mode, tests).
+pub fn profile_from_toml(name: &str, text: &str) -> Result<Profile, ConfigError> {
+    let rp: RawProfile = toml_value(text)?;
+    Profile::from_raw(name, rp)
+}
+
+fn toml_value<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    config::Config::builder()
+        .add_source(config::File::from_str(text, config::FileFormat::Toml))
+        .build()
+        .and_then(|c| c.try_deserialize())
+        .map_err(|e| ConfigError::Load {
+            path: "<profile>".into(),
+            message: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> PathBuf {
+        std::env::temp_dir()
+    }
+
+    #[test]
+    fn insecure_only_on_loopback() {
+        let err = AgentConfig::from_toml(
+            "listen = \"0.0.0.0:7443\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n",
+            &base(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`insecure`"), "{err}");
+        assert!(err.to_string().contains("loopback"), "{err}");
+        let ok = AgentConfig::from_toml(
+            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n",
+            &base(),
+        )
+        .unwrap();
+        assert!(ok.tls.is_none());
+        assert!(ok.profiles.contains_key("sim"));
+    }
+
+    #[test]
+    fn tls_required_and_files_checked() {
+        let err =
+            AgentConfig::from_toml("listen = \"0.0.0.0:1\"\ndata_dir = \"/tmp/x\"\n", &base())
+                .unwrap_err();
+        assert!(err.to_string().contains("`tls`"), "{err}");
+        let err = AgentConfig::from_toml(
+            "data_dir = \"/tmp/x\"\n[tls]\ncert = \"/nonexistent/a.pem\"\nkey = \"/x\"\nclient_ca = \"/y\"\n",
+            &base(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("tls.cert"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let err = AgentConfig::from_toml(
+            "listen = \"nonsense\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n",
+            &base(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`listen`"), "{err}");
+        let err = AgentConfig::from_toml(
+            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"/tmp/x\"\nlisten_typo = 1\n",
+            &base(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("listen_typo"), "{err}");
+        let err = AgentConfig::from_toml(
+            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n[profiles.x]\nkind = \"sglangg\"\n",
+            &base(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("sglangg"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides_nested_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"data\"\n[profiles.mysim]\nkind = \"sim\"\nport = 31000\n",
+        )
+        .unwrap();
+        let env = BTreeMap::from([
+            (
+                "FLEETBENCH_AGENT__PROFILES__MYSIM__PORT".to_string(),
+                "31001".to_string(),
+            ),
+            (
+                "FLEETBENCH_AGENT__LABELS__RACK".to_string(),
+                "r7".to_string(),
+            ),
+        ]);
+        let cfg = AgentConfig::load_with_env(&path, env).unwrap();
+        assert_eq!(cfg.profiles["mysim"].port, 31001);
+        assert_eq!(cfg.labels["rack"], "r7");
+        assert_eq!(cfg.data_dir, dir.path().join("data"));
+    }
+}

@@ -1,0 +1,300 @@
+//! Conversions between the wire types (`agentpb`) and the engines / loadgen crates.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fleetbench_engines::EngineKind;
+use fleetbench_engines::crash::{Crash, CrashClass};
+use fleetbench_loadgen as lg;
+use fleetbench_proto::agentpb;
+
+pub fn kind_to_proto(kind: EngineKind) -> agentpb::EngineKind {
+    match kind {
+        EngineKind::Sglang => agentpb::EngineKind::Sglang,
+        EngineKind::Vllm => agentpb::EngineKind::Vllm,
+        EngineKind::Llamacpp => agentpb::EngineKind::Llamacpp,
+        EngineKind::Sim => agentpb::EngineKind::Sim,
+        EngineKind::Generic => agentpb::EngineKind::Generic,
+    }
+}
+
+pub fn crash_class_to_proto(c: CrashClass) -> agentpb::CrashClass {
+    match c {
+        CrashClass::Oom => agentpb::CrashClass::Oom,
+        CrashClass::Nan => agentpb::CrashClass::Nan,
+        CrashClass::PythonException => agentpb::CrashClass::PythonException,
+        CrashClass::CudaError => agentpb::CrashClass::CudaError,
+        CrashClass::Nccl => agentpb::CrashClass::Nccl,
+        CrashClass::PortInUse => agentpb::CrashClass::PortInUse,
+        CrashClass::StartupTimeout => agentpb::CrashClass::StartupTimeout,
+        CrashClass::KilledBySignal => agentpb::CrashClass::KilledBySignal,
+        CrashClass::ExitCode => agentpb::CrashClass::ExitCode,
+        CrashClass::Unhealthy => agentpb::CrashClass::Unhealthy,
+    }
+}
+
+pub fn crash_to_proto(
+    c: Crash,
+    log_tail: Vec<String>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+) -> agentpb::Crash {
+    agentpb::Crash {
+        class: crash_class_to_proto(c.class) as i32,
+        exception_type: c.exception_type,
+        message: c.message,
+        frames: c.frames,
+        log_tail,
+        exit_code,
+        signal,
+        summary: c.summary,
+    }
+}
+
+/// A benchmark request field the load generator cannot use.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct BenchRequestError {
+    pub field: String,
+    pub message: String,
+}
+
+fn bad(field: &str, message: impl Into<String>) -> BenchRequestError {
+    BenchRequestError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+pub fn level_from_proto(l: &agentpb::LoadLevel) -> lg::Level {
+    lg::Level {
+        concurrency: l.concurrency,
+        request_rate: l.request_rate,
+        burstiness: if l.burstiness > 0.0 {
+            l.burstiness
+        } else {
+            1.0
+        },
+    }
+}
+
+/// The load generator's configuration for `req` against the engine at `base_url`.
+pub fn bench_config(
+    req: &agentpb::RunBenchmarkRequest,
+    base_url: &str,
+) -> Result<lg::BenchConfig, BenchRequestError> {
+    use agentpb::run_benchmark_request::Bound;
+    use agentpb::workload::Dataset;
+    let w = req
+        .workload
+        .as_ref()
+        .ok_or_else(|| bad("workload", "missing"))?;
+    let mut cfg = lg::BenchConfig::new(base_url);
+    cfg.api = match agentpb::ApiKind::try_from(w.api).unwrap_or(agentpb::ApiKind::Unspecified) {
+        agentpb::ApiKind::Chat => lg::Api::Chat,
+        _ => lg::Api::Completions,
+    };
+    cfg.model = (!w.model.is_empty()).then(|| w.model.clone());
+    cfg.dataset = match &w.dataset {
+        None => return Err(bad("workload.dataset", "missing")),
+        Some(Dataset::Random(r)) => {
+            // The wire says "lengths from [len * (1 - r), len]"; the load generator takes the
+            // lower bound's fraction directly.
+            if !(r.range_ratio.is_finite() && (0.0..1.0).contains(&r.range_ratio)) {
+                return Err(bad(
+                    "workload.random.range_ratio",
+                    format!("{} is not in [0, 1)", r.range_ratio),
+                ));
+            }
+            lg::DatasetSpec::Random {
+                input_len: r.input_len,
+                output_len: r.output_len,
+                range_ratio: 1.0 - r.range_ratio,
+            }
+        }
+        Some(Dataset::Sharegpt(s)) => lg::DatasetSpec::ShareGpt {
+            path: PathBuf::from(&s.path),
+            output_len: (s.output_len > 0).then_some(s.output_len),
+        },
+        Some(Dataset::SharedPrefix(s)) => lg::DatasetSpec::SharedPrefix {
+            groups: s.groups,
+            prompts_per_group: s.prompts_per_group,
+            prefix_len: s.prefix_len,
+            suffix_len: s.suffix_len,
+            output_len: s.output_len,
+        },
+        Some(Dataset::Jsonl(j)) => lg::DatasetSpec::Jsonl {
+            path: PathBuf::from(&j.path),
+            output_len: j.output_len,
+        },
+        Some(Dataset::Trace(t)) => lg::DatasetSpec::Trace {
+            path: PathBuf::from(&t.path),
+        },
+    };
+    if req.levels.is_empty() {
+        return Err(bad("levels", "at least one load level is needed"));
+    }
+    cfg.levels = req.levels.iter().map(level_from_proto).collect();
+    cfg.bound = match req.bound {
+        Some(Bound::NumRequests(n)) => lg::Bound::Requests(n),
+        Some(Bound::DurationS(s)) if s.is_finite() && s > 0.0 => {
+            lg::Bound::Duration(Duration::from_secs_f64(s))
+        }
+        Some(Bound::DurationS(s)) => {
+            return Err(bad(
+                "duration_s",
+                format!("{s} is not a positive number of seconds"),
+            ));
+        }
+        None => cfg.bound,
+    };
+    cfg.warmup = req.warmup_requests;
+    if !req.percentiles.is_empty() {
+        cfg.percentiles = req.percentiles.clone();
+    }
+    if let Some(s) = &req.slo
+        && (s.ttft_ms.is_some() || s.itl_ms.is_some() || s.e2e_ms.is_some())
+    {
+        cfg.slo = Some(lg::Slo {
+            ttft_ms: s.ttft_ms,
+            itl_ms: s.itl_ms,
+            e2e_ms: s.e2e_ms,
+        });
+    }
+    cfg.seed = w.seed;
+    cfg.ignore_eos = w.ignore_eos;
+    cfg.validate().map_err(|e| match e {
+        lg::LoadgenError::Config { field, message } => bad(&field, message),
+        other => bad("request", other.to_string()),
+    })?;
+    Ok(cfg)
+}
+
+pub fn distribution(s: &lg::Stats) -> agentpb::Distribution {
+    agentpb::Distribution {
+        count: s.count,
+        mean: s.mean,
+        min: s.min,
+        max: s.max,
+        percentiles: s.percentiles.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+    }
+}
+
+/// A finished level as the wire carries it (outcome from the report alone; the caller overrides
+/// it for a crash).
+pub fn level_result(
+    index: usize,
+    level: &agentpb::LoadLevel,
+    r: &lg::LevelReport,
+) -> agentpb::LevelResult {
+    let outcome = if r.completed == 0 && (r.failed > 0 || r.error.is_some()) {
+        agentpb::LevelOutcome::Failed
+    } else {
+        agentpb::LevelOutcome::Ok
+    };
+    agentpb::LevelResult {
+        level_index: index as u32,
+        level: Some(*level),
+        outcome: outcome as i32,
+        crash: None,
+        completed: r.completed,
+        failed: r.failed,
+        failures_by_kind: r
+            .failures_by_kind
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        duration_s: r.duration_s,
+        input_tokens: r.input_tokens,
+        output_tokens: r.output_tokens,
+        output_tokens_per_s: r.output_tokens_per_s,
+        total_tokens_per_s: r.total_tokens_per_s,
+        requests_per_s: r.requests_per_s,
+        goodput_requests_per_s: r.goodput_requests_per_s,
+        peak_concurrency: r.peak_concurrency,
+        ttft_ms: Some(distribution(&r.ttft_ms)),
+        itl_ms: Some(distribution(&r.itl_ms)),
+        tpot_ms: Some(distribution(&r.tpot_ms)),
+        e2e_ms: Some(distribution(&r.e2e_ms)),
+        queue_ms: Some(distribution(&r.queue_ms)),
+        error: r.error.clone().unwrap_or_default(),
+        started_unix_ms: 0,
+        finished_unix_ms: 0,
+    }
+}
+
+pub fn progress(p: &lg::Progress) -> agentpb::BenchmarkProgress {
+    agentpb::BenchmarkProgress {
+        level_index: p.level_index as u32,
+        completed: p.completed,
+        failed: p.failed,
+        total: p.total.unwrap_or(0),
+        elapsed_s: p.elapsed.as_secs_f64(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> agentpb::RunBenchmarkRequest {
+        agentpb::RunBenchmarkRequest {
+            workload: Some(agentpb::Workload {
+                name: "w".into(),
+                dataset: Some(agentpb::workload::Dataset::Random(agentpb::RandomDataset {
+                    input_len: 32,
+                    output_len: 16,
+                    range_ratio: 0.0,
+                })),
+                api: agentpb::ApiKind::Chat as i32,
+                model: String::new(),
+                ignore_eos: true,
+                seed: 7,
+            }),
+            levels: vec![agentpb::LoadLevel {
+                concurrency: Some(4),
+                request_rate: None,
+                burstiness: 0.0,
+            }],
+            warmup_requests: 2,
+            bound: Some(agentpb::run_benchmark_request::Bound::NumRequests(20)),
+            percentiles: vec![50.0, 99.0],
+            slo: None,
+            run_id: "r".into(),
+            skip_levels: vec![],
+        }
+    }
+
+    #[test]
+    fn request_maps_to_loadgen_config() {
+        let cfg = bench_config(&req(), "http://127.0.0.1:1").unwrap();
+        assert_eq!(cfg.api, lg::Api::Chat);
+        assert_eq!(cfg.model, None);
+        assert_eq!(
+            cfg.dataset,
+            lg::DatasetSpec::Random {
+                input_len: 32,
+                output_len: 16,
+                range_ratio: 1.0
+            }
+        );
+        assert_eq!(cfg.levels, vec![lg::Level::closed(4)]);
+        assert_eq!(cfg.bound, lg::Bound::Requests(20));
+        assert_eq!(cfg.warmup, 2);
+        assert_eq!(cfg.seed, 7);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let mut r = req();
+        r.levels[0].concurrency = Some(0);
+        let err = bench_config(&r, "http://127.0.0.1:1").unwrap_err();
+        assert!(err.field.starts_with("levels"), "{err}");
+        let mut r = req();
+        r.workload.as_mut().unwrap().dataset = None;
+        assert_eq!(
+            bench_config(&r, "http://x").unwrap_err().field,
+            "workload.dataset"
+        );
+    }
+}

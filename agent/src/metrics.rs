@@ -1,0 +1,247 @@
+//! `StreamMetrics`: GPU samples (NVML), the engine's `/metrics` mapped to common names, and the
+//! engine process group's CPU and memory, at the requested interval.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use fleetbench_gpu::Gpus;
+use fleetbench_proto::agentpb;
+
+use crate::http::HttpClient;
+use crate::supervisor::group::{GroupTracker, read_stat};
+use crate::supervisor::{Snapshot, Supervisor};
+
+/// Full `/proc` scans (to find new members of the engine group) at most this often; in
+/// between only the known members' own stat files are read.
+const FULL_SCAN_EVERY: Duration = Duration::from_secs(2);
+/// Largest `/metrics` body read (SGLang exposes ~150 families with histograms).
+const MAX_METRICS_BODY: usize = 8 << 20;
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no memory effects.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 { v as f64 } else { 100.0 }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 { v as u64 } else { 4096 }
+}
+
+/// CPU and RSS of one process group over time.
+#[derive(Debug)]
+pub struct ProcessSampler {
+    tracker: GroupTracker,
+    members: Vec<i32>,
+    last_scan: Option<Instant>,
+    /// pid -> (start ticks, cpu ticks) at the previous sample.
+    prev: HashMap<i32, (u64, u64)>,
+    prev_at: Option<Instant>,
+    tck: f64,
+    page: u64,
+}
+
+impl ProcessSampler {
+    pub fn new(root: i32) -> Self {
+        ProcessSampler {
+            tracker: GroupTracker::new(root),
+            members: Vec::new(),
+            last_scan: None,
+            prev: HashMap::new(),
+            prev_at: None,
+            tck: clk_tck(),
+            page: page_size(),
+        }
+    }
+
+    pub fn root(&self) -> i32 {
+        self.tracker.root
+    }
+
+    pub fn sample(&mut self) -> agentpb::ProcessSample {
+        let now = Instant::now();
+        let stats = if self
+            .last_scan
+            .is_none_or(|t| now.duration_since(t) >= FULL_SCAN_EVERY)
+        {
+            self.last_scan = Some(now);
+            let s = self.tracker.scan();
+            self.members = s.iter().map(|p| p.pid).collect();
+            s
+        } else {
+            self.members.iter().filter_map(|p| read_stat(*p)).collect()
+        };
+        let live: Vec<_> = stats
+            .into_iter()
+            .filter(|p| p.state != 'Z' && p.state != 'X')
+            .collect();
+        let mut delta_ticks = 0u64;
+        let mut next = HashMap::with_capacity(live.len());
+        for p in &live {
+            if let Some((start, ticks)) = self.prev.get(&p.pid)
+                && *start == p.start_ticks
+            {
+                delta_ticks += p.cpu_ticks.saturating_sub(*ticks);
+            }
+            next.insert(p.pid, (p.start_ticks, p.cpu_ticks));
+        }
+        let cpu_pct = match self.prev_at {
+            Some(t) if now > t => {
+                delta_ticks as f64 / self.tck / now.duration_since(t).as_secs_f64() * 100.0
+            }
+            _ => 0.0,
+        };
+        self.prev = next;
+        self.prev_at = Some(now);
+        agentpb::ProcessSample {
+            process_count: live.len() as u32,
+            cpu_pct,
+            rss_bytes: live.iter().map(|p| p.rss_pages * self.page).sum(),
+        }
+    }
+}
+
+/// One subscriber's sampling state.
+pub struct MetricsStream {
+    req: agentpb::StreamMetricsRequest,
+    gpus: Gpus,
+    http: HttpClient,
+    sup: Supervisor,
+    procs: Option<(u64, ProcessSampler)>,
+}
+
+impl MetricsStream {
+    pub fn new(
+        req: agentpb::StreamMetricsRequest,
+        gpus: Gpus,
+        http: HttpClient,
+        sup: Supervisor,
+    ) -> Self {
+        MetricsStream {
+            req,
+            gpus,
+            http,
+            sup,
+            procs: None,
+        }
+    }
+
+    pub async fn sample(&mut self) -> agentpb::MetricsSample {
+        let snap: Snapshot = self.sup.snapshot();
+        let gpus = if self.req.gpu {
+            self.gpus
+                .sample()
+                .iter()
+                .map(agentpb::GpuSample::from)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let engine = if self.req.engine {
+            Some(self.scrape(&snap).await)
+        } else {
+            None
+        };
+        let process = if self.req.process {
+            self.process(&snap)
+        } else {
+            None
+        };
+        agentpb::MetricsSample {
+            unix_ms: fleetbench_proto::now_unix_ms(),
+            gpus,
+            engine,
+            process,
+            config_id: snap
+                .plan
+                .as_ref()
+                .map(|p| p.config_id.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn process(&mut self, snap: &Snapshot) -> Option<agentpb::ProcessSample> {
+        let pid = snap.pid? as i32;
+        if self
+            .procs
+            .as_ref()
+            .is_none_or(|(g, p)| *g != snap.generation || p.root() != pid)
+        {
+            self.procs = Some((snap.generation, ProcessSampler::new(pid)));
+        }
+        self.procs.as_mut().map(|(_, p)| p.sample())
+    }
+
+    async fn scrape(&self, snap: &Snapshot) -> agentpb::EngineMetrics {
+        let unscraped = |error: String| agentpb::EngineMetrics {
+            scraped: false,
+            error,
+            ..Default::default()
+        };
+        let Some(plan) = &snap.plan else {
+            return unscraped("no engine".into());
+        };
+        let Some(url) = &plan.metrics_url else {
+            return unscraped(format!("profile {} has no metrics path", plan.profile));
+        };
+        if snap.pid.is_none() {
+            return unscraped("engine not running".into());
+        }
+        let timeout = Duration::from_millis(u64::from(self.req.interval_ms).clamp(100, 1000));
+        match self.http.get(url, timeout, MAX_METRICS_BODY).await {
+            Ok(r) if r.status == 200 => {
+                let m = fleetbench_engines::metrics::map_metrics(plan.kind, &r.body);
+                agentpb::EngineMetrics {
+                    scraped: true,
+                    error: String::new(),
+                    running_requests: m.running_requests,
+                    queued_requests: m.queued_requests,
+                    kv_cache_usage: m.kv_cache_usage,
+                    generation_tokens_per_s: m.generation_tokens_per_s,
+                    prompt_tokens_total: m.prompt_tokens_total,
+                    generation_tokens_total: m.generation_tokens_total,
+                    raw: if self.req.engine_raw {
+                        m.raw
+                            .into_iter()
+                            .map(|s| agentpb::RawSeries {
+                                name: s.name,
+                                labels: s.labels.into_iter().collect(),
+                                value: s.value,
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                }
+            }
+            Ok(r) => unscraped(format!("GET {url}: HTTP {}", r.status)),
+            Err(e) => unscraped(format!("GET {url}: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampler_sees_own_process_tree_cpu_and_memory() {
+        // A child in its own group that burns CPU (`yes` writing to /dev/null).
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("yes")
+            .stdout(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut s = ProcessSampler::new(child.id() as i32);
+        let first = s.sample();
+        assert_eq!(first.process_count, 1);
+        assert!(first.rss_bytes > 0);
+        std::thread::sleep(Duration::from_millis(300));
+        let second = s.sample();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(second.cpu_pct > 10.0, "{second:?}");
+    }
+}

@@ -1,0 +1,631 @@
+//! Engine profiles: what the agent may start, and turning a caller's `EngineSpec` into an argv
+//! (never a shell command line) after checking every part against the profile.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use fleetbench_engines::EngineKind;
+use fleetbench_engines::flags::{FlagError, FlagRule, FlagType, builtin_rules, check_flag};
+use fleetbench_proto::agentpb;
+use nix::sys::signal::Signal;
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
+/// Whether a profile's `flags` add to the kind's built-in rules or replace them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlagsMode {
+    #[default]
+    Extend,
+    Replace,
+}
+
+/// `[profiles.NAME]` as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProfile {
+    kind: EngineKind,
+    program: Option<String>,
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    flags: Vec<FlagRule>,
+    #[serde(default)]
+    flags_mode: FlagsMode,
+    models: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    allowed_env: Option<Vec<String>>,
+    host: Option<String>,
+    port: Option<u16>,
+    health_path: Option<String>,
+    metrics_path: Option<String>,
+    stop_signal: Option<String>,
+    grace_s: Option<f64>,
+    start_timeout_s: Option<f64>,
+}
+
+/// A validated engine profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: String,
+    pub kind: EngineKind,
+    /// As configured: an absolute path, or a name looked up next to the agent's executable and
+    /// then on `PATH`.
+    pub program: String,
+    /// Fixed arguments; `{port}`, `{model}` and `{host}` are substituted.
+    pub args: Vec<String>,
+    /// Flags callers may set.
+    pub flag_rules: Vec<FlagRule>,
+    /// Models callers may ask for; `None` allows any.
+    pub models: Option<Vec<String>>,
+    /// Environment set for every run of this profile.
+    pub env: BTreeMap<String, String>,
+    /// Environment variables callers may set: exact names, or prefixes ending in `*`.
+    pub allowed_env: Vec<String>,
+    pub host: String,
+    pub port: u16,
+    pub health_path: String,
+    /// `None`: the engine has no Prometheus endpoint.
+    pub metrics_path: Option<String>,
+    pub stop_signal: Signal,
+    pub grace: Duration,
+    pub start_timeout: Duration,
+}
+
+/// Why a request was refused. Nothing has been started when one of these is returned.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RequestError {
+    /// The spec names a profile (and so a program) the agent does not offer.
+    #[error(
+        "engine profile {profile:?} is not allowed: not configured on this agent (available: {available})"
+    )]
+    UnknownProfile { profile: String, available: String },
+    /// The profile's fixed arguments need a model and none was given.
+    #[error("model: required by profile {profile:?}")]
+    MissingModel { profile: String },
+    /// The model is not in the profile's allowed list (or looks like a flag).
+    #[error("model {model:?} is not allowed by profile {profile:?}{allowed}")]
+    ModelNotAllowed {
+        model: String,
+        profile: String,
+        allowed: String,
+    },
+    /// A flag or its value broke the profile's rules.
+    #[error("{0}")]
+    Flag(#[from] FlagError),
+    /// A flag the profile's fixed arguments already set (such as `--port`).
+    #[error("flag {flag:?} is set by the agent from the profile and cannot be given")]
+    FixedFlag { flag: String },
+    /// The same flag twice.
+    #[error("flag {flag:?} is given more than once")]
+    DuplicateFlag { flag: String },
+    /// An environment variable the profile does not let callers set.
+    #[error(
+        "environment variable {var:?} is not allowed by profile {profile:?} (allowed: {allowed})"
+    )]
+    EnvNotAllowed {
+        var: String,
+        profile: String,
+        allowed: String,
+    },
+    /// The profile's program cannot be found or run.
+    #[error("program {program:?} of profile {profile:?}: {reason}")]
+    Program {
+        program: String,
+        profile: String,
+        reason: String,
+    },
+}
+
+/// Everything the supervisor needs to start one engine run.
+#[derive(Debug, Clone)]
+pub struct LaunchPlan {
+    pub profile: String,
+    pub kind: EngineKind,
+    /// Program first.
+    pub argv: Vec<String>,
+    /// Added to the agent's own environment.
+    pub env: BTreeMap<String, String>,
+    pub host: String,
+    pub port: u16,
+    pub base_url: String,
+    pub health_url: String,
+    pub metrics_url: Option<String>,
+    pub stop_signal: Signal,
+    pub grace: Duration,
+    pub start_timeout: Duration,
+    pub config_id: String,
+    pub spec: agentpb::EngineSpec,
+}
+
+fn default_allowed_env(kind: EngineKind) -> Vec<String> {
+    let mut v: Vec<String> = match kind {
+        EngineKind::Sglang => vec!["SGLANG_*", "NCCL_*", "TORCH_*"],
+        EngineKind::Vllm => vec!["VLLM_*", "NCCL_*", "TORCH_*"],
+        EngineKind::Llamacpp => vec!["LLAMA_ARG_*", "GGML_*"],
+        EngineKind::Sim => vec!["FLEETBENCH_SIM_*"],
+        EngineKind::Generic => vec![],
+    }
+    .into_iter()
+    .map(String::from)
+    .collect();
+    v.push("CUDA_VISIBLE_DEVICES".into());
+    v
+}
+
+fn parse_signal(s: &str) -> Option<Signal> {
+    let up = s.trim().to_ascii_uppercase();
+    let full = if up.starts_with("SIG") {
+        up
+    } else {
+        format!("SIG{up}")
+    };
+    Signal::from_str(&full).ok()
+}
+
+impl Profile {
+    /// One profile per built-in kind, named after it, with the kind's defaults.
+    pub fn builtins() -> BTreeMap<String, Profile> {
+        EngineKind::ALL
+            .into_iter()
+            .filter_map(|kind| {
+                let d = fleetbench_engines::defaults::defaults(kind);
+                if d.program.is_empty() {
+                    return None;
+                }
+                let raw = RawProfile {
+                    kind,
+                    program: None,
+                    args: None,
+                    flags: Vec::new(),
+                    flags_mode: FlagsMode::Extend,
+                    models: None,
+                    env: BTreeMap::new(),
+                    allowed_env: None,
+                    host: None,
+                    port: None,
+                    health_path: None,
+                    metrics_path: None,
+                    stop_signal: None,
+                    grace_s: None,
+                    start_timeout_s: None,
+                };
+                // Built-in defaults are valid by construction; a program missing on this host
+                // is reported when the profile is used, not at start-up.
+                Profile::build(kind.as_str(), raw, false)
+                    .ok()
+                    .map(|p| (kind.as_str().to_string(), p))
+            })
+            .collect()
+    }
+
+    /// Validates a configured profile; its program must be found now.
+    pub fn from_raw(name: &str, raw: RawProfile) -> Result<Profile, ConfigError> {
+        Profile::build(name, raw, true)
+    }
+
+    fn build(name: &str, raw: RawProfile, check_program: bool) -> Result<Profile, ConfigError> {
+        let field = |f: &str| format!("profiles.{name}.{f}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ConfigError::field(
+                format!("profiles.{name}"),
+                "profile names use letters, digits, '-' and '_'",
+            ));
+        }
+        let d = fleetbench_engines::defaults::defaults(raw.kind);
+        let program = raw.program.unwrap_or_else(|| d.program.to_string());
+        if program.is_empty() {
+            return Err(ConfigError::field(
+                field("program"),
+                format!("kind {} has no default program: give one", raw.kind),
+            ));
+        }
+        if check_program {
+            resolve_program(&program)
+                .map_err(|reason| ConfigError::field(field("program"), reason))?;
+        }
+        let args = raw
+            .args
+            .unwrap_or_else(|| d.fixed_args.iter().map(|a| a.to_string()).collect());
+        let mut flag_rules = match raw.flags_mode {
+            FlagsMode::Extend => builtin_rules(raw.kind),
+            FlagsMode::Replace => Vec::new(),
+        };
+        for (i, rule) in raw.flags.into_iter().enumerate() {
+            if !rule.name.starts_with('-') {
+                return Err(ConfigError::field(
+                    format!("{}[{i}].name", field("flags")),
+                    format!("{:?} must start with '-'", rule.name),
+                ));
+            }
+            flag_rules.retain(|r| r.name != rule.name);
+            flag_rules.push(rule);
+        }
+        let host = raw.host.unwrap_or_else(|| "127.0.0.1".into());
+        let port = raw.port.unwrap_or(d.default_port);
+        let health_path = raw.health_path.unwrap_or_else(|| d.health_path.to_string());
+        if !health_path.starts_with('/') {
+            return Err(ConfigError::field(
+                field("health_path"),
+                format!("{health_path:?} must start with '/'"),
+            ));
+        }
+        let metrics_path = match raw.metrics_path {
+            Some(p) if p.is_empty() => None,
+            Some(p) => Some(p),
+            None => default_metrics_path(&d),
+        };
+        if let Some(p) = &metrics_path
+            && !p.starts_with('/')
+        {
+            return Err(ConfigError::field(
+                field("metrics_path"),
+                format!("{p:?} must start with '/'"),
+            ));
+        }
+        let stop_name = raw
+            .stop_signal
+            .unwrap_or_else(|| d.stop_signal.as_str().to_string());
+        let stop_signal = parse_signal(&stop_name).ok_or_else(|| {
+            ConfigError::field(
+                field("stop_signal"),
+                format!("{stop_name:?} is not a signal name like SIGTERM"),
+            )
+        })?;
+        let secs = |f: &str, v: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
+            let v = v.unwrap_or(default);
+            if v.is_finite() && v > 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(ConfigError::field(
+                    field(f),
+                    format!("{v} is not a positive number of seconds"),
+                ))
+            }
+        };
+        let grace = secs("grace_s", raw.grace_s, d.grace_s as f64)?;
+        let start_timeout = secs(
+            "start_timeout_s",
+            raw.start_timeout_s,
+            d.start_timeout_s as f64,
+        )?;
+        Ok(Profile {
+            name: name.to_string(),
+            kind: raw.kind,
+            program,
+            args,
+            flag_rules,
+            models: raw.models.filter(|m| !m.iter().any(|x| x == "*")),
+            env: raw.env,
+            allowed_env: raw
+                .allowed_env
+                .unwrap_or_else(|| default_allowed_env(raw.kind)),
+            host,
+            port,
+            health_path,
+            metrics_path,
+            stop_signal,
+            grace,
+            start_timeout,
+        })
+    }
+
+    /// Checks `spec` against this profile and builds the argv. Nothing runs here.
+    pub fn plan(&self, spec: &agentpb::EngineSpec) -> Result<LaunchPlan, RequestError> {
+        let program = resolve_program(&self.program).map_err(|reason| RequestError::Program {
+            program: self.program.clone(),
+            profile: self.name.clone(),
+            reason,
+        })?;
+        let model = spec.model.trim();
+        let needs_model = self.args.iter().any(|a| a.contains("{model}"));
+        if model.is_empty() && needs_model {
+            return Err(RequestError::MissingModel {
+                profile: self.name.clone(),
+            });
+        }
+        if !model.is_empty() {
+            let listed = self
+                .models
+                .as_ref()
+                .is_none_or(|m| m.iter().any(|x| x == model));
+            if model.starts_with('-') || !listed {
+                return Err(RequestError::ModelNotAllowed {
+                    model: model.to_string(),
+                    profile: self.name.clone(),
+                    allowed: self
+                        .models
+                        .as_ref()
+                        .map(|m| format!(" (allowed: {})", m.join(", ")))
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        let port = if spec.port == 0 {
+            self.port
+        } else {
+            u16::try_from(spec.port).unwrap_or(0)
+        };
+        if port == 0 {
+            return Err(RequestError::Flag(FlagError::BadValue {
+                flag: "port".into(),
+                expected: "a TCP port 1-65535".into(),
+                got: spec.port.to_string(),
+            }));
+        }
+        let subst = |a: &str| {
+            a.replace("{port}", &port.to_string())
+                .replace("{model}", model)
+                .replace("{host}", &self.host)
+        };
+        let fixed: Vec<String> = self.args.iter().map(|a| subst(a)).collect();
+
+        let mut flags: Vec<(String, Option<String>)> = Vec::new();
+        let mut flag_args: Vec<String> = Vec::new();
+        for f in &spec.flags {
+            let name = f.name.trim().to_string();
+            let value = f.value.clone();
+            if fixed
+                .iter()
+                .any(|a| a == &name || a.starts_with(&format!("{name}=")))
+            {
+                return Err(RequestError::FixedFlag { flag: name });
+            }
+            if flags.iter().any(|(n, _)| n == &name) {
+                return Err(RequestError::DuplicateFlag { flag: name });
+            }
+            check_flag(&self.flag_rules, &name, value.as_deref())?;
+            // A string value that starts with '-' would be read by the engine as another flag.
+            if let Some(v) = &value
+                && v.starts_with('-')
+                && v.parse::<f64>().is_err()
+            {
+                return Err(RequestError::Flag(FlagError::BadValue {
+                    flag: name,
+                    expected: "a value that does not start with '-'".into(),
+                    got: v.clone(),
+                }));
+            }
+            flag_args.push(name.clone());
+            if let Some(v) = &value {
+                flag_args.push(v.clone());
+            }
+            flags.push((name, value));
+        }
+
+        let mut env = self.env.clone();
+        let mut spec_env: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in &spec.env {
+            let allowed = self
+                .allowed_env
+                .iter()
+                .any(|pat| match pat.strip_suffix('*') {
+                    Some(prefix) => k.starts_with(prefix),
+                    None => pat == k,
+                });
+            if !allowed {
+                return Err(RequestError::EnvNotAllowed {
+                    var: k.clone(),
+                    profile: self.name.clone(),
+                    allowed: if self.allowed_env.is_empty() {
+                        "none".into()
+                    } else {
+                        self.allowed_env.join(", ")
+                    },
+                });
+            }
+            spec_env.insert(k.clone(), v.clone());
+            env.insert(k.clone(), v.clone());
+        }
+
+        let mut argv = vec![program.to_string_lossy().into_owned()];
+        argv.extend(fixed);
+        argv.extend(flag_args);
+        let base_url = format!("http://{}:{port}", url_host(&self.host));
+        let config_id = fleetbench_engines::config_id(self.kind, model, &flags, &spec_env);
+        let mut spec = spec.clone();
+        spec.port = u32::from(port);
+        Ok(LaunchPlan {
+            profile: self.name.clone(),
+            kind: self.kind,
+            argv,
+            env,
+            host: self.host.clone(),
+            port,
+            health_url: format!("{base_url}{}", self.health_path),
+            metrics_url: self.metrics_path.as_ref().map(|p| format!("{base_url}{p}")),
+            base_url,
+            stop_signal: self.stop_signal,
+            grace: self.grace,
+            start_timeout: self.start_timeout,
+            config_id,
+            spec,
+        })
+    }
+
+    /// The profile as `GetHost` reports it.
+    pub fn info(&self) -> agentpb::EngineProfileInfo {
+        agentpb::EngineProfileInfo {
+            name: self.name.clone(),
+            kind: crate::convert::kind_to_proto(self.kind) as i32,
+            program: resolve_program(&self.program)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|e| format!("{} ({e})", self.program)),
+            flags: self
+                .flag_rules
+                .iter()
+                .map(|r| agentpb::FlagRuleInfo {
+                    name: r.name.clone(),
+                    r#type: describe_type(&r.ty),
+                })
+                .collect(),
+            allows_any_model: self.models.is_none(),
+        }
+    }
+}
+
+fn default_metrics_path(d: &fleetbench_engines::defaults::KindDefaults) -> Option<String> {
+    let p = d.metrics_path.to_string();
+    if p.is_empty() { None } else { Some(p) }
+}
+
+fn url_host(host: &str) -> String {
+    match host {
+        "0.0.0.0" => "127.0.0.1".into(),
+        "::" => "[::1]".into(),
+        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+        h => h.to_string(),
+    }
+}
+
+fn describe_type(t: &FlagType) -> String {
+    let range = |min: Option<String>, max: Option<String>| match (min, max) {
+        (None, None) => String::new(),
+        (a, b) => format!(" {}..{}", a.unwrap_or_default(), b.unwrap_or_default()),
+    };
+    match t {
+        FlagType::Switch => "switch".into(),
+        FlagType::Int { min, max } => format!(
+            "int{}",
+            range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))
+        ),
+        FlagType::Float { min, max } => format!(
+            "float{}",
+            range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))
+        ),
+        FlagType::Choice { values } => format!("one of {}", values.join(",")),
+        FlagType::String => "string".into(),
+    }
+}
+
+/// Finds the program: an absolute path as is; a bare name next to the agent's own executable
+/// (where `fleetbench-sim` is installed with it), then on `PATH`. Relative paths are refused:
+/// what they name would depend on the agent's working directory.
+pub fn resolve_program(program: &str) -> Result<PathBuf, String> {
+    let p = Path::new(program);
+    if p.is_absolute() {
+        return if is_executable(p) {
+            Ok(p.to_path_buf())
+        } else {
+            Err(format!("{program} is not an executable file"))
+        };
+    }
+    if program.contains('/') {
+        return Err("relative paths are not allowed: give an absolute path or a bare name".into());
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        dirs.push(dir);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    dirs.into_iter()
+        .map(|d| d.join(program))
+        .find(|c| is_executable(c))
+        .ok_or_else(|| "not found next to the agent's executable nor on PATH".to_string())
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(extra: &str) -> Profile {
+        let text = format!(
+            "kind = \"generic\"\nprogram = \"/bin/sleep\"\nargs = [\"{{port}}\"]\nflags_mode = \"replace\"\n{extra}"
+        );
+        crate::config::profile_from_toml("g", &text).unwrap()
+    }
+
+    fn spec(flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
+        agentpb::EngineSpec {
+            profile: "g".into(),
+            model: String::new(),
+            flags: flags
+                .iter()
+                .map(|(n, v)| agentpb::Flag {
+                    name: n.to_string(),
+                    value: v.map(String::from),
+                })
+                .collect(),
+            env: Default::default(),
+            port: 4242,
+        }
+    }
+
+    #[test]
+    fn argv_is_fixed_args_then_checked_flags() {
+        let p = generic(
+            "[[flags]]\nname = \"--n\"\ntype = \"int\"\nmin = 1\n[[flags]]\nname = \"--fast\"\ntype = \"switch\"\n",
+        );
+        let plan = p
+            .plan(&spec(&[("--n", Some("3")), ("--fast", None)]))
+            .unwrap();
+        assert_eq!(plan.argv, vec!["/bin/sleep", "4242", "--n", "3", "--fast"]);
+        assert_eq!(plan.base_url, "http://127.0.0.1:4242");
+        let err = p.plan(&spec(&[("--n", Some("0"))])).unwrap_err();
+        assert!(err.to_string().contains("--n"), "{err}");
+        let err = p.plan(&spec(&[("--other", None)])).unwrap_err();
+        assert!(err.to_string().contains("--other"), "{err}");
+        let err = p
+            .plan(&spec(&[("--n", Some("1")), ("--n", Some("2"))]))
+            .unwrap_err();
+        assert!(matches!(err, RequestError::DuplicateFlag { .. }), "{err}");
+    }
+
+    #[test]
+    fn env_and_models_are_checked() {
+        let p = generic("allowed_env = [\"FOO_*\"]\nmodels = [\"m1\"]\n");
+        let mut s = spec(&[]);
+        s.env.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
+        let err = p.plan(&s).unwrap_err();
+        assert!(err.to_string().contains("LD_PRELOAD"), "{err}");
+        s.env.clear();
+        s.env.insert("FOO_BAR".into(), "1".into());
+        s.model = "m2".into();
+        let err = p.plan(&s).unwrap_err();
+        assert!(err.to_string().contains("m2"), "{err}");
+        s.model = "m1".into();
+        let plan = p.plan(&s).unwrap();
+        assert_eq!(plan.env["FOO_BAR"], "1");
+    }
+
+    #[test]
+    fn config_id_ignores_flag_order() {
+        let p = generic(
+            "[[flags]]\nname = \"--a\"\ntype = \"switch\"\n[[flags]]\nname = \"--b\"\ntype = \"switch\"\n",
+        );
+        let x = p.plan(&spec(&[("--a", None), ("--b", None)])).unwrap();
+        let y = p.plan(&spec(&[("--b", None), ("--a", None)])).unwrap();
+        assert_eq!(x.config_id, y.config_id);
+    }
+
+    #[test]
+    fn programs_resolve_or_are_named() {
+        assert!(resolve_program("/bin/sh").is_ok());
+        assert!(resolve_program("sh").is_ok());
+        assert!(resolve_program("./sh").is_err());
+        assert!(resolve_program("definitely-not-a-program-xyz").is_err());
+        let err = crate::config::profile_from_toml(
+            "x",
+            "kind = \"generic\"\nprogram = \"/nonexistent/prog\"\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("profiles.x.program"), "{err}");
+    }
+}

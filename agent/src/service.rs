@@ -1,0 +1,292 @@
+//! The `fleetbench.agent.v1.Agent` gRPC service.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetbench_gpu::Gpus;
+use fleetbench_proto::agentpb::{self, agent_server::Agent};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::config::AgentConfig;
+use crate::http::HttpClient;
+use crate::metrics::MetricsStream;
+use crate::profile::RequestError;
+use crate::status::RpcError;
+use crate::supervisor::Supervisor;
+
+type RpcStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Shortest metrics interval a caller may ask for.
+const MIN_INTERVAL_MS: u32 = 100;
+const DEFAULT_INTERVAL_MS: u32 = 1000;
+
+/// The service state shared by every call.
+#[derive(Debug, Clone)]
+pub struct AgentService {
+    cfg: Arc<AgentConfig>,
+    sup: Supervisor,
+    gpus: Gpus,
+    http: HttpClient,
+}
+
+impl AgentService {
+    pub fn new(cfg: Arc<AgentConfig>, sup: Supervisor, gpus: Gpus, http: HttpClient) -> Self {
+        AgentService {
+            cfg,
+            sup,
+            gpus,
+            http,
+        }
+    }
+}
+
+fn stream_of<T: Send + 'static>(rx: mpsc::Receiver<Result<T, Status>>) -> RpcStream<T> {
+    Box::pin(ReceiverStream::new(rx))
+}
+
+/// A caller's run id names a log file: keep it to a safe alphabet.
+fn run_id(given: &str, config_id: &str) -> Result<String, RpcError> {
+    if given.is_empty() {
+        let short: String = uuid::Uuid::now_v7()
+            .simple()
+            .to_string()
+            .chars()
+            .skip(20)
+            .collect();
+        return Ok(format!(
+            "{}-{config_id}-{short}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S")
+        ));
+    }
+    let ok = given.len() <= 128
+        && !given.starts_with('.')
+        && given
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(given.to_string())
+    } else {
+        Err(RpcError::Field {
+            field: "run_id".into(),
+            message: format!("{given:?}: use at most 128 letters, digits, '-', '_' or '.'"),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Agent for AgentService {
+    async fn get_host(
+        &self,
+        _: Request<agentpb::GetHostRequest>,
+    ) -> Result<Response<agentpb::HostFacts>, Status> {
+        let (gpus, cfg) = (self.gpus.clone(), self.cfg.clone());
+        let facts = tokio::task::spawn_blocking(move || {
+            crate::host::host_facts(&gpus, &cfg.profiles, &cfg.labels)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("host facts: {e}")))?;
+        Ok(Response::new(facts))
+    }
+
+    type ApplyEngineStream = RpcStream<agentpb::EngineEvent>;
+
+    async fn apply_engine(
+        &self,
+        request: Request<agentpb::ApplyEngineRequest>,
+    ) -> Result<Response<Self::ApplyEngineStream>, Status> {
+        let req = request.into_inner();
+        let spec = req
+            .spec
+            .ok_or_else(|| Status::invalid_argument("spec: missing"))?;
+        let profile = self.cfg.profiles.get(&spec.profile).ok_or_else(|| {
+            RpcError::from(RequestError::UnknownProfile {
+                profile: spec.profile.clone(),
+                available: self
+                    .cfg
+                    .profiles
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        })?;
+        let plan = profile.plan(&spec).map_err(RpcError::from)?;
+        let run_id = run_id(&req.run_id, &plan.config_id)?;
+        let rx = self.sup.apply(plan, run_id).await.map_err(RpcError::from)?;
+        Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(
+            ReceiverStream::new(rx),
+            Ok,
+        ))))
+    }
+
+    async fn stop_engine(
+        &self,
+        _: Request<agentpb::StopEngineRequest>,
+    ) -> Result<Response<agentpb::EngineStatus>, Status> {
+        let status = self.sup.stop("StopEngine").await.map_err(RpcError::from)?;
+        Ok(Response::new(status))
+    }
+
+    async fn get_engine(
+        &self,
+        _: Request<agentpb::GetEngineRequest>,
+    ) -> Result<Response<agentpb::EngineStatus>, Status> {
+        Ok(Response::new(self.sup.snapshot().to_status()))
+    }
+
+    type StreamLogsStream = RpcStream<agentpb::LogLine>;
+
+    async fn stream_logs(
+        &self,
+        request: Request<agentpb::StreamLogsRequest>,
+    ) -> Result<Response<Self::StreamLogsStream>, Status> {
+        let req = request.into_inner();
+        let (tail, follow) = self.sup.logs.tail(req.tail as usize, req.follow);
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(async move {
+            for line in tail {
+                if tx.send(Ok(line)).await.is_err() {
+                    return;
+                }
+            }
+            let Some(mut follow) = follow else { return };
+            loop {
+                tokio::select! {
+                    r = follow.recv() => match r {
+                        Ok(line) => {
+                            if tx.send(Ok(line)).await.is_err() {
+                                return;
+                            }
+                        }
+                        // A slow reader misses lines rather than slowing the engine down.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(stream_of(rx)))
+    }
+
+    type StreamMetricsStream = RpcStream<agentpb::MetricsSample>;
+
+    async fn stream_metrics(
+        &self,
+        request: Request<agentpb::StreamMetricsRequest>,
+    ) -> Result<Response<Self::StreamMetricsStream>, Status> {
+        let mut req = request.into_inner();
+        if req.interval_ms == 0 {
+            req.interval_ms = DEFAULT_INTERVAL_MS;
+        }
+        if req.interval_ms < MIN_INTERVAL_MS {
+            return Err(RpcError::Field {
+                field: "interval_ms".into(),
+                message: format!(
+                    "{} is below the minimum of {MIN_INTERVAL_MS} ms",
+                    req.interval_ms
+                ),
+            }
+            .into());
+        }
+        if !(req.gpu || req.engine || req.process) {
+            req.gpu = true;
+            req.engine = true;
+            req.process = true;
+        }
+        let period = Duration::from_millis(u64::from(req.interval_ms));
+        let mut stream =
+            MetricsStream::new(req, self.gpus.clone(), self.http.clone(), self.sup.clone());
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = tx.closed() => return,
+                }
+                let sample = stream.sample().await;
+                if tx.send(Ok(sample)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(stream_of(rx)))
+    }
+
+    type RunBenchmarkStream = RpcStream<agentpb::BenchmarkEvent>;
+
+    async fn run_benchmark(
+        &self,
+        request: Request<agentpb::RunBenchmarkRequest>,
+    ) -> Result<Response<Self::RunBenchmarkStream>, Status> {
+        let req = request.into_inner();
+        let snap = self.sup.snapshot();
+        let plan = match (&snap.plan, snap.state) {
+            (Some(p), agentpb::EngineState::Ready) => p.clone(),
+            _ => {
+                return Err(RpcError::NotReady(format!(
+                    "no engine is ready (state {}); ApplyEngine first",
+                    snap.state.as_str_name()
+                ))
+                .into());
+            }
+        };
+        let cfg = crate::convert::bench_config(&req, &plan.base_url).map_err(RpcError::from)?;
+        let runner = fleetbench_loadgen::Runner::new(cfg)
+            .await
+            .map_err(RpcError::from)?;
+        let (tx, rx) = mpsc::channel(64);
+        // In the request's span, so that the level spans join the caller's trace.
+        tokio::spawn(tracing::Instrument::in_current_span(crate::bench::run(
+            runner,
+            req,
+            self.sup.watch(),
+            snap.generation,
+            tx,
+        )));
+        Ok(Response::new(stream_of(rx)))
+    }
+
+    async fn probe_p2p(
+        &self,
+        request: Request<agentpb::ProbeP2pRequest>,
+    ) -> Result<Response<agentpb::P2pReport>, Status> {
+        use fleetbench_gpu::p2p::{ProbeError, ProbeOptions, probe};
+        let req = request.into_inner();
+        let mut opts = ProbeOptions::default();
+        if req.buffer_bytes > 0 {
+            opts.buffer_bytes = req.buffer_bytes;
+        }
+        if req.repeats > 0 {
+            opts.repeats = req.repeats;
+        }
+        if !req.pairs.is_empty() {
+            opts.pairs = Some(req.pairs.iter().map(|p| (p.src, p.dst)).collect());
+        }
+        let gpus = self.gpus.clone();
+        let span = tracing::info_span!(
+            "p2p.probe",
+            fleetbench.p2p.buffer_bytes = opts.buffer_bytes,
+            fleetbench.p2p.repeats = opts.repeats
+        );
+        let result = tokio::task::spawn_blocking(move || span.in_scope(|| probe(&gpus, &opts)))
+            .await
+            .map_err(|e| Status::internal(format!("p2p probe: {e}")))?;
+        match result {
+            Ok(report) => Ok(Response::new(agentpb::P2pReport::from(&report))),
+            Err(e @ (ProbeError::NoCudaDriver | ProbeError::NoGpus)) => {
+                Ok(Response::new(agentpb::P2pReport {
+                    unavailable_reason: e.to_string(),
+                    ..Default::default()
+                }))
+            }
+            Err(e) => Err(RpcError::from(e).into()),
+        }
+    }
+}

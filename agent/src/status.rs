@@ -1,0 +1,83 @@
+//! The one place where the agent's domain errors become gRPC statuses.
+
+use fleetbench_gpu::p2p::ProbeError;
+use fleetbench_loadgen::LoadgenError;
+use tonic::Status;
+
+use crate::convert::BenchRequestError;
+use crate::profile::RequestError;
+use crate::supervisor::SupervisorGone;
+
+/// Errors of the agent's RPC handlers.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// The engine spec broke the profile's rules (profile, model, flag, value, env).
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// A benchmark request field is unusable.
+    #[error("benchmark request: {0}")]
+    Bench(#[from] BenchRequestError),
+    /// The load generator could not be set up against the engine.
+    #[error("load generator: {0}")]
+    Loadgen(#[from] LoadgenError),
+    /// A request field is out of range (e.g. a metrics interval below 100 ms).
+    #[error("{field}: {message}")]
+    Field { field: String, message: String },
+    /// The operation needs a ready engine.
+    #[error("{0}")]
+    NotReady(String),
+    /// The P2P probe refused its options or failed.
+    #[error("p2p probe: {0}")]
+    Probe(#[from] ProbeError),
+    /// The supervisor has shut down.
+    #[error(transparent)]
+    Gone(#[from] SupervisorGone),
+}
+
+impl From<RpcError> for Status {
+    fn from(e: RpcError) -> Status {
+        let msg = e.to_string();
+        match e {
+            RpcError::Request(RequestError::Program { .. }) => Status::failed_precondition(msg),
+            RpcError::Request(_) | RpcError::Bench(_) | RpcError::Field { .. } => {
+                Status::invalid_argument(msg)
+            }
+            RpcError::Loadgen(
+                LoadgenError::Config { .. }
+                | LoadgenError::Dataset { .. }
+                | LoadgenError::Io { .. },
+            ) => Status::invalid_argument(msg),
+            RpcError::Loadgen(_) => Status::failed_precondition(msg),
+            RpcError::NotReady(_) => Status::failed_precondition(msg),
+            RpcError::Probe(
+                ProbeError::InvalidPair { .. }
+                | ProbeError::InvalidOption { .. }
+                | ProbeError::BadPairList { .. },
+            ) => Status::invalid_argument(msg),
+            RpcError::Probe(ProbeError::NoCudaDriver | ProbeError::NoGpus) => {
+                Status::failed_precondition(msg)
+            }
+            RpcError::Probe(_) => Status::internal(msg),
+            RpcError::Gone(_) => Status::unavailable(msg),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetbench_engines::flags::FlagError;
+
+    #[test]
+    fn refusals_are_invalid_argument_and_name_the_flag() {
+        let s: Status = RpcError::from(RequestError::Flag(FlagError::NotAllowed {
+            flag: "--evil".into(),
+            allowed: "--a".into(),
+        }))
+        .into();
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(s.message().contains("--evil"));
+        let s: Status = RpcError::from(SupervisorGone).into();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+    }
+}
