@@ -21,7 +21,7 @@ mod workloads;
 
 pub use error::{SpecError, render_errors};
 pub use parse::parse;
-pub use plan::{TrialPlan, level_label};
+pub use plan::{TrialPlan, kind_to_pb, level_label};
 
 /// A validated job spec.
 #[derive(Debug, Clone, PartialEq)]
