@@ -77,6 +77,9 @@ fn short_link(link: &PairLink) -> String {
 /// reverse pair (asymmetry) live in the assembly.
 pub fn diagnose(link: &PairLink, m: &PairMeasurement, expected_gbps: f64) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(e) = &m.error {
+        out.push(format!("measurement incomplete: {e}"));
+    }
     let via = short_link(link);
     let nvlink = link.nvlink_count > 0;
 

@@ -222,25 +222,14 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
         opts.repeats
     )];
 
-    let runs = |cuda: &mut Cuda,
-                f: &mut dyn FnMut(&mut Cuda) -> Result<f64, ProbeError>|
-     -> Result<Option<f64>, ProbeError> {
-        f(cuda)?; // warm-up
-        let mut xs = Vec::with_capacity(opts.repeats as usize);
-        for _ in 0..opts.repeats {
-            xs.push(f(cuda)?);
-        }
-        Ok(median(xs))
-    };
-    let gb = |bytes: f64, secs: f64| bytes / secs / 1e9;
     let copy_bytes = buffer as f64 * f64::from(BANDWIDTH_COPIES);
 
     let mut devices = Vec::new();
     for index in 0..count {
         let ord = ordinal_of[index as usize];
-        let d2d = runs(&mut cuda, &mut |c| {
+        let d2d = median_of(&mut cuda, opts.repeats, &mut |c| {
             c.time_uni(ord, ord, buffer, BANDWIDTH_COPIES, true)
-                .map(|t| gb(2.0 * copy_bytes, t))
+                .map(|t| 2.0 * copy_bytes / t / 1e9)
         })?;
         let f = facts.iter().find(|f| f.index == index);
         devices.push(P2pDevice {
@@ -263,43 +252,14 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
             Some(nvml) => nvml.pair_link(src, dst),
             None => unknown_link(src, dst),
         });
-        let mut m = PairMeasurement {
-            cuda_can_access_peer: cuda.can_access_peer(s, d)? && cuda.can_access_peer(d, s)?,
-            ..Default::default()
-        };
-        cuda.set_peer(s, d, false)?;
-        m.uni_disabled_gbps = runs(&mut cuda, &mut |c| {
-            c.time_uni(s, d, buffer, BANDWIDTH_COPIES, false)
-                .map(|t| gb(copy_bytes, t))
-        })?;
-        m.bidi_disabled_gbps = runs(&mut cuda, &mut |c| {
-            c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, false)
-                .map(|t| gb(2.0 * copy_bytes, t))
-        })?;
-        m.latency_disabled_us = runs(&mut cuda, &mut |c| {
-            c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, false)
-                .map(|t| t * 1e6 / f64::from(LATENCY_COPIES))
-        })?;
-        if m.cuda_can_access_peer {
-            cuda.set_peer(s, d, true)?;
-            let result = (|| -> Result<(), ProbeError> {
-                m.uni_enabled_gbps = runs(&mut cuda, &mut |c| {
-                    c.time_uni(s, d, buffer, BANDWIDTH_COPIES, true)
-                        .map(|t| gb(copy_bytes, t))
-                })?;
-                m.bidi_enabled_gbps = runs(&mut cuda, &mut |c| {
-                    c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, true)
-                        .map(|t| gb(2.0 * copy_bytes, t))
-                })?;
-                m.latency_enabled_us = runs(&mut cuda, &mut |c| {
-                    c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, true)
-                        .map(|t| t * 1e6 / f64::from(LATENCY_COPIES))
-                })?;
-                Ok(())
-            })();
-            // Leave peer access off so the next pair's "disabled" figures are honest.
-            cuda.set_peer(s, d, false)?;
-            result?;
+        let mut m = PairMeasurement::default();
+        if let Err(e) = measure_pair(&mut cuda, s, d, opts.repeats, buffer, &mut m) {
+            // A wedged GPU makes every later figure meaningless; anything else stays with the pair.
+            if matches!(e, ProbeError::Timeout { .. }) {
+                return Err(e);
+            }
+            let _ = cuda.set_peer(s, d, false);
+            m.error = Some(e.to_string());
         }
         measured.push((src, dst, m));
     }
@@ -319,6 +279,67 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
         repeats: opts.repeats,
         notes,
     })
+}
+
+/// Timed runs after one warm-up; the median.
+fn median_of(
+    cuda: &mut Cuda,
+    repeats: u32,
+    f: &mut dyn FnMut(&mut Cuda) -> Result<f64, ProbeError>,
+) -> Result<Option<f64>, ProbeError> {
+    f(cuda)?;
+    let mut xs = Vec::with_capacity(repeats as usize);
+    for _ in 0..repeats {
+        xs.push(f(cuda)?);
+    }
+    Ok(median(xs))
+}
+
+/// Everything measured for one ordered pair (CUDA ordinals `s` → `d`), filled into `m` as it
+/// goes so that figures measured before an error are kept.
+fn measure_pair(
+    cuda: &mut Cuda,
+    s: usize,
+    d: usize,
+    repeats: u32,
+    buffer: usize,
+    m: &mut PairMeasurement,
+) -> Result<(), ProbeError> {
+    let copy_bytes = buffer as f64 * f64::from(BANDWIDTH_COPIES);
+    let gb = |bytes: f64, secs: f64| bytes / secs / 1e9;
+    let per_copy_us = |t: f64| t * 1e6 / f64::from(LATENCY_COPIES);
+    m.cuda_can_access_peer = cuda.can_access_peer(s, d)? && cuda.can_access_peer(d, s)?;
+    cuda.set_peer(s, d, false)?;
+    m.uni_disabled_gbps = median_of(cuda, repeats, &mut |c| {
+        c.time_uni(s, d, buffer, BANDWIDTH_COPIES, false)
+            .map(|t| gb(copy_bytes, t))
+    })?;
+    m.bidi_disabled_gbps = median_of(cuda, repeats, &mut |c| {
+        c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, false)
+            .map(|t| gb(2.0 * copy_bytes, t))
+    })?;
+    m.latency_disabled_us = median_of(cuda, repeats, &mut |c| {
+        c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, false)
+            .map(per_copy_us)
+    })?;
+    if !m.cuda_can_access_peer {
+        return Ok(());
+    }
+    cuda.set_peer(s, d, true)?;
+    m.uni_enabled_gbps = median_of(cuda, repeats, &mut |c| {
+        c.time_uni(s, d, buffer, BANDWIDTH_COPIES, true)
+            .map(|t| gb(copy_bytes, t))
+    })?;
+    m.bidi_enabled_gbps = median_of(cuda, repeats, &mut |c| {
+        c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, true)
+            .map(|t| gb(2.0 * copy_bytes, t))
+    })?;
+    m.latency_enabled_us = median_of(cuda, repeats, &mut |c| {
+        c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, true)
+            .map(per_copy_us)
+    })?;
+    // Leave peer access off so the next pair's "disabled" figures are honest.
+    cuda.set_peer(s, d, false)
 }
 
 fn unknown_link(src: u32, dst: u32) -> PairLink {

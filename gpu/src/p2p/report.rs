@@ -50,6 +50,9 @@ pub struct PairMeasurement {
     pub bidi_disabled_gbps: Option<f64>,
     pub latency_enabled_us: Option<f64>,
     pub latency_disabled_us: Option<f64>,
+    /// Why the pair's measurement stopped part-way (figures measured before it are kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One ordered pair: link facts, measurements and the diagnosis.

@@ -40,6 +40,7 @@ fn healthy_nvlink() -> PairMeasurement {
         bidi_disabled_gbps: Some(52.5),
         latency_enabled_us: Some(2.2),
         latency_disabled_us: Some(16.0),
+        error: None,
     }
 }
 
@@ -131,6 +132,7 @@ fn pcie_peer_latency_of_16us_is_a_virtualised_path() {
         bidi_disabled_gbps: Some(52.0),
         latency_enabled_us: Some(16.2),
         latency_disabled_us: Some(16.5),
+        error: None,
     };
     let (expected, words) = expected_link(&l);
     assert!((expected - 50.4).abs() < 0.1, "{expected}");
@@ -189,6 +191,27 @@ fn cuda_peer_access_against_nvml_status_is_noted() {
                 .to_string()
         ]
     );
+}
+
+#[test]
+fn a_pair_whose_measurement_broke_says_why_and_keeps_its_figures() {
+    let m = PairMeasurement {
+        uni_enabled_gbps: None,
+        bidi_enabled_gbps: None,
+        latency_enabled_us: None,
+        error: Some("CUDA cuCtxEnablePeerAccess failed: CUDA_ERROR_TOO_MANY_PEERS".into()),
+        ..healthy_nvlink()
+    };
+    let l = link(0, 1);
+    let pairs = assemble(&[l], &[(0, 1, m)]);
+    assert_eq!(
+        pairs[0].findings,
+        vec![
+            "measurement incomplete: CUDA cuCtxEnablePeerAccess failed: CUDA_ERROR_TOO_MANY_PEERS"
+                .to_string()
+        ]
+    );
+    assert_eq!(pairs[0].measured.uni_disabled_gbps, Some(37.5));
 }
 
 #[test]
@@ -267,6 +290,7 @@ fn eight_gpu_host() -> (Vec<PairLink>, Vec<(u32, u32, PairMeasurement)>) {
                     bidi_disabled_gbps: Some(52.0),
                     latency_enabled_us: virtualised.then_some(16.0),
                     latency_disabled_us: Some(16.0),
+                    error: None,
                 },
             ));
         }
