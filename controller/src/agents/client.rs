@@ -4,12 +4,15 @@
 use std::time::Duration;
 
 use fleetbench_proto::agentpb::agent_client;
+use fleetbench_support::telemetry::PropagateContext;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::config::AgentTls;
 
-/// A client of one agent.
-pub type AgentClient = agent_client::AgentClient<Channel>;
+/// A client of one agent. Every call carries the caller's trace context (W3C `traceparent`), so
+/// the agent's spans join the job's trace.
+pub type AgentClient = agent_client::AgentClient<InterceptedService<Channel, PropagateContext>>;
 
 /// Errors building an agent client.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +73,9 @@ impl AgentConnector {
         if let Some(tls) = tls {
             endpoint = endpoint.tls_config(tls).map_err(addr_err)?;
         }
-        Ok(agent_client::AgentClient::new(endpoint.connect_lazy())
-            .max_decoding_message_size(64 * 1024 * 1024))
+        Ok(
+            agent_client::AgentClient::with_interceptor(endpoint.connect_lazy(), PropagateContext)
+                .max_decoding_message_size(64 * 1024 * 1024),
+        )
     }
 }

@@ -60,7 +60,8 @@ pub mod attr {
     pub const GPU_INDEX: &str = "fleetbench.gpu.index";
     pub const SUITE: &str = "fleetbench.suite";
     pub const METRIC: &str = "fleetbench.metric";
-    pub const LEVEL: &str = "fleetbench.level";
+    /// A regression check's load level, as the suite names it (`c64`, `r2.5`).
+    pub const LEVEL: &str = "fleetbench.level.label";
     pub const VERDICT: &str = "fleetbench.verdict";
     // Semantic-convention keys.
     pub const MODEL: &str = "gen_ai.request.model";

@@ -275,7 +275,7 @@ fn jobs_trials_and_regressions_are_counted() {
     assert!(text.contains(
         "fleetbench_trials_total{fleetbench_config_name=\"base\",fleetbench_host=\"gpu-a\",fleetbench_trial_state=\"engine_failed\"} 1\n"
     ));
-    let reg = "fleetbench_level=\"c64\",fleetbench_metric=\"output_tokens_per_s\",fleetbench_suite=\"nightly\"";
+    let reg = "fleetbench_level_label=\"c64\",fleetbench_metric=\"output_tokens_per_s\",fleetbench_suite=\"nightly\"";
     assert!(text.contains(&format!(
         "fleetbench_regression_verdicts_total{{{reg},fleetbench_verdict=\"regressed\"}} 1\n"
     )));

@@ -25,7 +25,13 @@ pub(super) async fn run_job(
     cancel: CancellationToken,
     shutdown: CancellationToken,
 ) {
-    let span = tracing::info_span!("job", job.id = %job_id, job.name = tracing::field::Empty);
+    // A root span: one trace per job, whatever request or task happened to start it.
+    let span = tracing::info_span!(
+        parent: None,
+        "job",
+        fleetbench.job.id = %job_id,
+        fleetbench.job.name = tracing::field::Empty,
+    );
     let result = drive(&ctx, job_id, &cancel, &shutdown)
         .instrument(span)
         .await;
@@ -63,7 +69,7 @@ async fn drive(
     let Some(job) = ctx.store.get_job(job_id).await? else {
         return Ok(());
     };
-    tracing::Span::current().record("job.name", job.name.as_str());
+    tracing::Span::current().record("fleetbench.job.name", job.name.as_str());
     let spec = match spec::parse(&job.file_name, &job.spec_toml) {
         Ok(s) => Arc::new(s),
         Err(errors) => {

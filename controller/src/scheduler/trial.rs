@@ -80,13 +80,13 @@ pub(crate) async fn run_trial(
     let run_id = format!("{}-a{}", trial.id, trial.attempts);
     let span = tracing::info_span!(
         "trial",
-        host = %lease.host,
-        config.id = %trial.config_id,
-        config.name = %trial.config_name,
-        workload = %trial.workload,
-        repeat = trial.repeat,
-        attempt = trial.attempts,
-        run.id = %run_id,
+        fleetbench.host = %lease.host,
+        fleetbench.config.id = %trial.config_id,
+        fleetbench.config.name = %trial.config_name,
+        fleetbench.workload = %trial.workload,
+        fleetbench.repeat = trial.repeat,
+        fleetbench.attempt = trial.attempts,
+        fleetbench.run.id = %run_id,
     );
     let run = Run {
         run_id: run_id.clone(),
@@ -249,8 +249,16 @@ impl Attempt<'_> {
     }
 
     async fn apply(&mut self) -> Result<(), Stop> {
-        let span =
-            tracing::info_span!("engine.apply", host = %self.host, run.id = %self.run.run_id);
+        let span = tracing::info_span!(
+            "engine.apply",
+            fleetbench.host = %self.host,
+            fleetbench.run.id = %self.run.run_id,
+            fleetbench.config.id = %self.trial.config_id,
+            fleetbench.engine.start_s = tracing::field::Empty,
+            fleetbench.crash.class = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
         async {
             let req = ApplyEngineRequest {
                 spec: Some(self.spec.engine_spec(self.trial.config_index as usize)),
@@ -283,6 +291,7 @@ impl Attempt<'_> {
                     }
                     Some(engine_event::Event::Ready(r)) => {
                         tracing::info!(elapsed_s = r.elapsed_s, "engine ready");
+                        tracing::Span::current().record("fleetbench.engine.start_s", r.elapsed_s);
                         for f in r.facts {
                             self.run.facts.retain(|x| x.key != f.key);
                             self.run.facts.push(f);
@@ -305,6 +314,13 @@ impl Attempt<'_> {
     async fn engine_failed(&mut self, crash: Crash) -> Stop {
         let class = crash.class();
         tracing::warn!(class = ?class, summary = %crash.summary, "engine failed to start");
+        let span = tracing::Span::current();
+        span.record(
+            "fleetbench.crash.class",
+            crate::metrics::crash_class_word(class).as_str(),
+        );
+        span.record("otel.status_code", "ERROR");
+        span.record("otel.status_description", crash.summary.as_str());
         self.ctx
             .metrics
             .crash(&self.host, &self.trial.config_name, class);
@@ -381,24 +397,26 @@ impl Attempt<'_> {
             .unwrap_or_default();
         tracing::info_span!(
             "bench.level",
-            config.id = %c.config_id,
-            config.name = %c.name,
-            engine.kind = c.kind.as_str(),
-            model = %c.model,
-            host = %self.host,
-            level.index = index,
-            concurrency = level.concurrency.map(|c| c as i64),
-            request_rate = level.request_rate,
-            output_tokens_per_s = tracing::field::Empty,
-            requests_per_s = tracing::field::Empty,
-            ttft_p50_ms = tracing::field::Empty,
-            ttft_p99_ms = tracing::field::Empty,
-            itl_p50_ms = tracing::field::Empty,
-            itl_p99_ms = tracing::field::Empty,
-            e2e_p50_ms = tracing::field::Empty,
-            e2e_p99_ms = tracing::field::Empty,
-            errors = tracing::field::Empty,
-            crashed = tracing::field::Empty,
+            fleetbench.config.id = %c.config_id,
+            fleetbench.config.name = %c.name,
+            fleetbench.engine.kind = c.kind.as_str(),
+            gen_ai.request.model = %c.model,
+            fleetbench.host = %self.host,
+            fleetbench.workload = %self.trial.workload,
+            fleetbench.level.index = index,
+            fleetbench.concurrency = level.concurrency.map(|c| c as i64),
+            fleetbench.request_rate = level.request_rate,
+            fleetbench.level.output_tokens_per_s = tracing::field::Empty,
+            fleetbench.level.requests_per_s = tracing::field::Empty,
+            fleetbench.level.ttft_p50_ms = tracing::field::Empty,
+            fleetbench.level.ttft_p99_ms = tracing::field::Empty,
+            fleetbench.level.itl_p50_ms = tracing::field::Empty,
+            fleetbench.level.itl_p99_ms = tracing::field::Empty,
+            fleetbench.level.e2e_p50_ms = tracing::field::Empty,
+            fleetbench.level.e2e_p99_ms = tracing::field::Empty,
+            fleetbench.level.errors = tracing::field::Empty,
+            fleetbench.level.crashed = tracing::field::Empty,
+            fleetbench.crash.class = tracing::field::Empty,
         )
     }
 
@@ -466,14 +484,21 @@ fn pct(d: &Option<fleetbench_proto::agentpb::Distribution>, key: &str) -> f64 {
 }
 
 fn record_level(span: &tracing::Span, r: &LevelResult) {
-    span.record("output_tokens_per_s", r.output_tokens_per_s);
-    span.record("requests_per_s", r.requests_per_s);
-    span.record("ttft_p50_ms", pct(&r.ttft_ms, "p50"));
-    span.record("ttft_p99_ms", pct(&r.ttft_ms, "p99"));
-    span.record("itl_p50_ms", pct(&r.itl_ms, "p50"));
-    span.record("itl_p99_ms", pct(&r.itl_ms, "p99"));
-    span.record("e2e_p50_ms", pct(&r.e2e_ms, "p50"));
-    span.record("e2e_p99_ms", pct(&r.e2e_ms, "p99"));
-    span.record("errors", r.failed);
-    span.record("crashed", r.outcome == LevelOutcome::Crashed as i32);
+    span.record("fleetbench.level.output_tokens_per_s", r.output_tokens_per_s);
+    span.record("fleetbench.level.requests_per_s", r.requests_per_s);
+    span.record("fleetbench.level.ttft_p50_ms", pct(&r.ttft_ms, "p50"));
+    span.record("fleetbench.level.ttft_p99_ms", pct(&r.ttft_ms, "p99"));
+    span.record("fleetbench.level.itl_p50_ms", pct(&r.itl_ms, "p50"));
+    span.record("fleetbench.level.itl_p99_ms", pct(&r.itl_ms, "p99"));
+    span.record("fleetbench.level.e2e_p50_ms", pct(&r.e2e_ms, "p50"));
+    span.record("fleetbench.level.e2e_p99_ms", pct(&r.e2e_ms, "p99"));
+    span.record("fleetbench.level.errors", r.failed);
+    let crashed = r.outcome == LevelOutcome::Crashed as i32;
+    span.record("fleetbench.level.crashed", crashed);
+    if let Some(c) = r.crash.as_ref().filter(|_| crashed) {
+        span.record(
+            "fleetbench.crash.class",
+            crate::metrics::crash_class_word(c.class()).as_str(),
+        );
+    }
 }
