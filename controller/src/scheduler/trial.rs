@@ -484,7 +484,10 @@ fn pct(d: &Option<fleetbench_proto::agentpb::Distribution>, key: &str) -> f64 {
 }
 
 fn record_level(span: &tracing::Span, r: &LevelResult) {
-    span.record("fleetbench.level.output_tokens_per_s", r.output_tokens_per_s);
+    span.record(
+        "fleetbench.level.output_tokens_per_s",
+        r.output_tokens_per_s,
+    );
     span.record("fleetbench.level.requests_per_s", r.requests_per_s);
     span.record("fleetbench.level.ttft_p50_ms", pct(&r.ttft_ms, "p50"));
     span.record("fleetbench.level.ttft_p99_ms", pct(&r.ttft_ms, "p99"));
