@@ -87,7 +87,13 @@ pub fn defaults(kind: EngineKind) -> KindDefaults {
         EngineKind::Llamacpp => KindDefaults {
             program: "llama-server",
             fixed_args: args(&[
-                "-m", "{model}", "--host", "{host}", "--port", "{port}", "--metrics",
+                "-m",
+                "{model}",
+                "--host",
+                "{host}",
+                "--port",
+                "{port}",
+                "--metrics",
             ]),
             health_path: "/health",
             metrics_path: "/metrics",

@@ -196,7 +196,7 @@ fn figure(expo: &Exposition, rule: &Rule) -> Option<f64> {
 /// a non-positive interval or a missing value.
 pub fn rate(prev: Option<f64>, cur: Option<f64>, dt_s: f64) -> Option<f64> {
     let (prev, cur) = (prev?, cur?);
-    if !(dt_s > 0.0) || !prev.is_finite() || !cur.is_finite() {
+    if dt_s.is_nan() || dt_s <= 0.0 || !prev.is_finite() || !cur.is_finite() {
         return None;
     }
     let delta = if cur >= prev { cur - prev } else { cur };

@@ -144,11 +144,7 @@ fn parse_labels<'a>(
         }
         let eq = s.find('=').ok_or("label without '='")?;
         let key = s[..eq].trim();
-        if key.is_empty()
-            || !key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(format!("bad label name {key:?}"));
         }
         s = s[eq + 1..].trim_start();

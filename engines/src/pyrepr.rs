@@ -223,7 +223,8 @@ impl Parser<'_> {
         }
         let name = &self.src[start..self.pos];
         // String prefixes: b'..', r'..', f'..'
-        if matches!(name, "b" | "r" | "u" | "rb" | "br") && matches!(self.peek(), Some(b'\'' | b'"'))
+        if matches!(name, "b" | "r" | "u" | "rb" | "br")
+            && matches!(self.peek(), Some(b'\'' | b'"'))
         {
             return Ok(Value::String(self.string()?));
         }

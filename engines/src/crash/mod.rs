@@ -3,8 +3,9 @@
 //!
 //! Evidence in the log beats the manner of death: an engine that printed a CUDA OOM traceback
 //! and was then killed by its own launcher is `oom`, not `killed_by_signal`. Among log evidence
-//! the most specific cause wins (OOM before NCCL before CUDA before NaN before a port clash
-//! before a plain Python exception), because the specific one is what a user acts on.
+//! the most specific cause wins (OOM before NCCL before NaN before other CUDA errors before a
+//! port clash before a plain Python exception), because the specific one is what a user acts
+//! on. SGLang's NaN check surfaces as a CUDA device-side assert, hence NaN before CUDA.
 
 mod patterns;
 mod traceback;
@@ -153,7 +154,12 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
                 ev.line.clone(),
                 Vec::new(),
             ),
-            (class, Some(tb)) => (class, tb.exception.clone(), tb.message.clone(), last_frames(tb)),
+            (class, Some(tb)) => (
+                class,
+                tb.exception.clone(),
+                tb.message.clone(),
+                last_frames(tb),
+            ),
             (class, None) => (
                 class,
                 ev.engine_error.clone().unwrap_or_default(),

@@ -33,8 +33,8 @@ fn rank(c: CrashClass) -> u8 {
     match c {
         CrashClass::Oom => 0,
         CrashClass::Nccl => 1,
-        CrashClass::CudaError => 2,
-        CrashClass::Nan => 3,
+        CrashClass::Nan => 2,
+        CrashClass::CudaError => 3,
         CrashClass::PortInUse => 4,
         _ => 5,
     }
@@ -101,10 +101,10 @@ pub(super) fn find_evidence(kind: EngineKind, lines: &[String]) -> Vec<Evidence>
             Some(CrashClass::Oom)
         } else if is_nccl(l) {
             Some(CrashClass::Nccl)
-        } else if is_cuda(l) {
-            Some(CrashClass::CudaError)
         } else if NAN.is_match(&l.to_ascii_lowercase()) {
             Some(CrashClass::Nan)
+        } else if is_cuda(l) {
+            Some(CrashClass::CudaError)
         } else if is_port_in_use(l) {
             if l.contains("couldn't bind") {
                 engine_error = Some("llama.cpp: couldn't bind".to_string());
@@ -132,7 +132,8 @@ pub(super) fn find_evidence(kind: EngineKind, lines: &[String]) -> Vec<Evidence>
 /// usage errors.
 fn engine_error_kind(kind: EngineKind, l: &str) -> Option<String> {
     if matches!(kind, EngineKind::Llamacpp | EngineKind::Generic) {
-        if l.starts_with("error while handling argument") || l.starts_with("error: invalid argument")
+        if l.starts_with("error while handling argument")
+            || l.starts_with("error: invalid argument")
         {
             return Some("llama.cpp: invalid argument".to_string());
         }

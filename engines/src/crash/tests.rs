@@ -10,7 +10,11 @@ fn signal_without_evidence_is_killed_by_signal() {
         signal: Some(9),
         ..Default::default()
     };
-    let c = classify(EngineKind::Sglang, &exit, &lines("[2026-01-01 00:00:00] loading"));
+    let c = classify(
+        EngineKind::Sglang,
+        &exit,
+        &lines("[2026-01-01 00:00:00] loading"),
+    );
     assert_eq!(c.class, CrashClass::KilledBySignal);
     assert!(c.summary.contains("SIGKILL (9)"), "{}", c.summary);
 }

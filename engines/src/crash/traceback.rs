@@ -8,9 +8,8 @@ static FRAME: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r#"^\s+File "([^"]+)", line (\d+), in (.+?)\s*$"#).expect("valid regex")
 });
 
-static EXCEPTION: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$").expect("valid regex")
-});
+static EXCEPTION: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$").expect("valid regex"));
 
 static CARETS: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^\s*[\^~]+[\s\^~]*$").expect("valid regex"));
@@ -99,7 +98,10 @@ pub fn parse_tracebacks(lines: &[String]) -> Vec<Traceback> {
             }
             if let Some(c) = EXCEPTION.captures(line) {
                 tb.exception = c[1].to_string();
-                tb.message = c.get(2).map(|m| m.as_str().trim().to_string()).unwrap_or_default();
+                tb.message = c
+                    .get(2)
+                    .map(|m| m.as_str().trim().to_string())
+                    .unwrap_or_default();
                 tb.end = i;
                 i += 1;
                 break;

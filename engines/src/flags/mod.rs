@@ -85,10 +85,22 @@ impl FlagType {
             (FlagType::Float { min, max }, Some(v)) => v.trim().parse::<f64>().is_ok_and(|x| {
                 x.is_finite() && min.is_none_or(|m| x >= m) && max.is_none_or(|m| x <= m)
             }),
-            (FlagType::Choice { values }, Some(v)) => values.iter().any(|c| c == v),
+            (FlagType::Choice { values }, Some(v)) => values.iter().any(|c| choice_matches(c, v)),
             (FlagType::String, Some(v)) => !v.is_empty(),
         }
     }
+}
+
+/// A choice written `name=N` accepts `name=` followed by a non-negative integer (the
+/// simulator's `--fault hang-after-requests=5`); any other choice must match exactly.
+fn choice_matches(choice: &str, value: &str) -> bool {
+    if let Some(prefix) = choice.strip_suffix("=N") {
+        return value
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix('='))
+            .is_some_and(|n| n.parse::<u64>().is_ok());
+    }
+    choice == value
 }
 
 fn bounds<T: std::fmt::Display>(min: &Option<T>, max: &Option<T>) -> String {

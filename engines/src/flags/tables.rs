@@ -148,7 +148,10 @@ fn sglang_rows() -> Vec<Row> {
             choice(&["full", "breakable", "disabled"]),
         ),
         (&["--cuda-graph-config"], STR),
-        (&["--moe-runner-backend"], choice(SGLANG_MOE_RUNNER_BACKENDS)),
+        (
+            &["--moe-runner-backend"],
+            choice(SGLANG_MOE_RUNNER_BACKENDS),
+        ),
         (
             &["--moe-a2a-backend"],
             choice(&[
@@ -219,18 +222,19 @@ fn sim_own_rows() -> Vec<Row> {
         (&["--itl-ms"], float(0.0, None)),
         (&["--stream-writes"], choice(&["per-token", "coalesced"])),
         (&["--startup-delay-s"], float(0.0, None)),
-        (&["--time-scale"], float(0.0, None)),
+        (&["--time-scale"], float(1e-6, None)),
         (&["--seed"], int(0)),
         (&["--jitter"], float(0.0, None)),
         (&["--slowdown"], float(0.0, None)),
         (&["--gpu-memory-gb"], float(0.0, None)),
         (&["--crash-above-batch"], int(1)),
-        (&["--crash-backend"], STR),
+        (&["--workers"], int(1)),
+        (&["--crash-backend"], choice(SGLANG_MOE_RUNNER_BACKENDS)),
+        // The simulator reads `--fault hang-after-requests=N` as one value.
         (
             &["--fault"],
-            choice(&["nan", "oom-at-start", "hang-after-requests", "slow-start"]),
+            choice(&["nan", "oom-at-start", "hang-after-requests=N", "slow-start"]),
         ),
-        (&["--hang-after-requests"], int(0)),
     ]
 }
 

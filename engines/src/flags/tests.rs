@@ -95,6 +95,11 @@ fn sim_accepts_sglang_flags_and_its_own() {
     assert!(check_flag(&rules, "--max-running-requests", Some("64")).is_ok());
     assert!(check_flag(&rules, "--stream-writes", Some("coalesced")).is_ok());
     assert!(check_flag(&rules, "--fault", Some("nan")).is_ok());
+    assert!(check_flag(&rules, "--fault", Some("hang-after-requests=5")).is_ok());
+    assert!(check_flag(&rules, "--fault", Some("hang-after-requests=x")).is_err());
+    assert!(check_flag(&rules, "--fault", Some("hang-after-requests")).is_err());
+    let e = err(EngineKind::Sim, "--fault", Some("meltdown"));
+    assert!(e.contains("hang-after-requests=N"), "{e}");
     assert!(check_flag(&rules, "--crash-above-batch", Some("0")).is_err());
     assert!(check_flag(&builtin_rules(EngineKind::Sglang), "--ttft-ms", Some("5")).is_err());
 }

@@ -28,24 +28,32 @@ static KV_SIZE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^llama_kv_cache(?:_unified)?: size =\s+([\d.]+) MiB").expect("valid regex")
 });
 
-static THREADS: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"threadpool init, n_threads = (\d+)").expect("valid regex")
-});
+static THREADS: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"threadpool init, n_threads = (\d+)").expect("valid regex"));
 
-pub(super) struct LlamaCppParser;
+/// llama.cpp's parser. `n_ctx_slot` repeats on every request's log line (and once per slot in
+/// older builds), so slot facts are reported only when their value changes.
+#[derive(Debug, Default)]
+pub(super) struct LlamaCppParser {
+    n_slots: Option<String>,
+    n_ctx_slot: Option<String>,
+}
 
 impl LogParser for LlamaCppParser {
     fn parse_line(&mut self, line: &str) -> Vec<LogFact> {
         let stripped = strip_prefix(line);
         let msg = stripped.message.trim();
         let mut out = Vec::new();
-        if let Some(c) = SLOTS.captures(msg) {
+        if let Some(c) = SLOTS.captures(msg)
+            && self.n_slots.as_deref() != Some(&c[1])
+        {
+            self.n_slots = Some(c[1].to_string());
             out.push(LogFact::new("n_slots", &c[1]));
         }
-        // Per-slot lines repeat n_ctx_slot; the summary line carries n_slots too.
         if let Some(c) = CTX_SLOT.captures(msg)
-            && !msg.contains("task ")
+            && self.n_ctx_slot.as_deref() != Some(&c[1])
         {
+            self.n_ctx_slot = Some(c[1].to_string());
             out.push(LogFact::new("n_ctx_slot", &c[1]));
         }
         if let Some(c) = CONTEXT.captures(msg) {

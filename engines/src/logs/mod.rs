@@ -52,7 +52,7 @@ pub fn parser(kind: EngineKind) -> Box<dyn LogParser> {
     match kind {
         EngineKind::Sglang | EngineKind::Sim => Box::new(sglang::SglangParser::default()),
         EngineKind::Vllm => Box::new(vllm::VllmParser),
-        EngineKind::Llamacpp => Box::new(llamacpp::LlamaCppParser),
+        EngineKind::Llamacpp => Box::new(llamacpp::LlamaCppParser::default()),
         EngineKind::Generic => Box::new(NoFacts),
     }
 }

@@ -79,8 +79,17 @@ pub fn strip_prefix(line: &str) -> Stripped<'_> {
     Stripped { message, ranks }
 }
 
-/// Length of the prefix and the text naming ranks, if any.
+/// Length of the prefix and the text naming ranks, if any. Uvicorn's `INFO:     ` may follow
+/// another prefix (SGLang and vLLM route uvicorn through their own loggers).
 fn prefix_span(line: &str) -> (usize, Option<String>) {
+    let (skip, ranks) = outer_prefix(line);
+    match UVICORN.find(&line[skip..]) {
+        Some(m) => (skip + m.end(), ranks),
+        None => (skip, ranks),
+    }
+}
+
+fn outer_prefix(line: &str) -> (usize, Option<String>) {
     if let Some(c) = SGLANG.captures(line) {
         return (c[0].len(), Some(c[1].to_string()));
     }
@@ -92,9 +101,6 @@ fn prefix_span(line: &str) -> (usize, Option<String>) {
         return (c[0].len(), Some(c[1].to_string()));
     }
     if let Some(m) = LLAMA.find(line) {
-        return (m.end(), None);
-    }
-    if let Some(m) = UVICORN.find(line) {
         return (m.end(), None);
     }
     (0, None)
@@ -144,6 +150,10 @@ mod tests {
         assert_eq!(s.message, "llama_context: n_seq_max             = 4");
         let s = strip_prefix("INFO:     Uvicorn running on http://127.0.0.1:30000");
         assert_eq!(s.message, "Uvicorn running on http://127.0.0.1:30000");
+        let s = strip_prefix("(APIServer pid=2871) INFO:     Application startup complete.");
+        assert_eq!(s.message, "Application startup complete.");
+        let s = strip_prefix("[2026-11-29 13:53:57] INFO:     Started server process [412337]");
+        assert_eq!(s.message, "Started server process [412337]");
         let s = strip_prefix("no prefix at all");
         assert_eq!(s.message, "no prefix at all");
     }

@@ -19,7 +19,8 @@ static CONCURRENCY: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 static MODEL_LOAD: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) ?s").expect("valid regex")
+    Regex::new(r"^Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) ?s")
+        .expect("valid regex")
 });
 
 static KV_MEM: LazyLock<Regex> = LazyLock::new(|| {
