@@ -28,7 +28,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(text) => Some(p2p::parse_pairs(text).context("--pairs")?),
         None => None,
     };
-    let opts = ProbeOptions { buffer_bytes: args.buffer_mib << 20, repeats: args.repeats, pairs };
+    let opts = ProbeOptions {
+        buffer_bytes: args.buffer_mib << 20,
+        repeats: args.repeats,
+        pairs,
+    };
     let report = tokio::task::spawn_blocking(move || {
         let gpus = Gpus::init();
         p2p::probe(&gpus, &opts).map_err(|e| (e, gpus.unavailable_reason()))
@@ -54,5 +58,44 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             anyhow::bail!(msg)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(pairs: Option<&str>) -> Args {
+        Args {
+            buffer_mib: 1,
+            repeats: 1,
+            pairs: pairs.map(str::to_string),
+            json: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bad_pair_list_names_the_flag() {
+        let err = run(args(Some("0-x"))).await.expect_err("not a pair list");
+        let text = format!("{err:#}");
+        assert!(
+            text.starts_with("--pairs: invalid pair list \"0-x\""),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_driver_it_says_so_and_fails() {
+        let result = run(args(None)).await;
+        if p2p::cuda_driver_present() {
+            assert!(result.is_ok(), "a host with a driver probes: {result:?}");
+            return;
+        }
+        let text = format!("{:#}", result.expect_err("no driver here"));
+        assert!(text.starts_with("no CUDA driver"), "{text}");
+        assert!(
+            text.contains("NVML"),
+            "says why NVML is missing too: {text}"
+        );
     }
 }
