@@ -181,7 +181,10 @@ fn record(span: &tracing::Span, r: &agentpb::LevelResult) {
         d.as_ref()
             .and_then(|d| d.percentiles.get(&percentile_key(q)).copied())
     };
-    span.record("fleetbench.level.output_tokens_per_s", r.output_tokens_per_s);
+    span.record(
+        "fleetbench.level.output_tokens_per_s",
+        r.output_tokens_per_s,
+    );
     span.record("fleetbench.level.requests_per_s", r.requests_per_s);
     span.record("fleetbench.level.errors", r.failed);
     span.record(

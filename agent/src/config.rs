@@ -409,7 +409,7 @@ mod tests {
         let path = dir.path().join("agent.toml");
         std::fs::write(
             &path,
-            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"data\"\n[profiles.mysim]\nkind = \"sim\"\nport = 31000\n",
+            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"data\"\n[profiles.mysim]\nkind = \"sim\"\nprogram = \"/bin/true\"\nport = 31000\n",
         )
         .unwrap();
         let env = BTreeMap::from([

@@ -1,12 +1,13 @@
 //! The gRPC server: the agent service plus the standard health service, over mTLS (or plain
 //! on loopback when configured insecure).
 //!
-//! This is the single place where the tonic server is built: tower layers (trace-context
-//! propagation from the controller's calls, for example) go on the `Server::builder()` below.
+//! This is the single place where the tonic server is built; tower layers go on the
+//! `Server::builder()` below.
 
 use std::future::Future;
 
 use fleetbench_proto::agentpb::agent_server::AgentServer;
+use fleetbench_support::telemetry::TraceContextLayer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Server, ServerTlsConfig};
@@ -31,7 +32,7 @@ pub async fn serve(
     }
     // Each request runs in an `rpc.server` span continuing the caller's trace (W3C traceparent).
     builder
-        .layer(fleetbench_support::telemetry::TraceContextLayer)
+        .layer(TraceContextLayer)
         .add_service(health_service)
         .add_service(
             AgentServer::new(service)
