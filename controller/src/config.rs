@@ -124,6 +124,10 @@ pub struct ControllerConfig {
     /// How long a job waits for a matching ready host before it fails.
     pub host_wait: Duration,
     pub otlp_endpoint: Option<String>,
+    /// Resume queued/running jobs found in the store at start (a restarted controller picks its
+    /// jobs up). The CLI's embedded controller turns it off: a job whose `fleetbench run` was
+    /// killed ends as failed instead of competing with the new run for the local host.
+    pub resume_jobs: bool,
 }
 
 impl ControllerConfig {
@@ -180,6 +184,7 @@ impl ControllerConfig {
             trial_attempts: default_attempts(),
             host_wait: Duration::from_secs(30),
             otlp_endpoint: None,
+            resume_jobs: true,
         }
     }
 }
@@ -296,6 +301,7 @@ impl RawConfig {
             trial_attempts: self.trial_attempts,
             host_wait,
             otlp_endpoint: self.otlp_endpoint,
+            resume_jobs: true,
         })
     }
 }

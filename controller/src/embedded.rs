@@ -16,5 +16,6 @@ pub async fn start_embedded(
     let url = format!("sqlite://{}", data_dir.join("controller.db").display());
     let mut config = ControllerConfig::local(&url);
     config.hosts = hosts;
+    config.resume_jobs = false;
     start(config, Metrics::new()).await
 }

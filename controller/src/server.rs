@@ -177,7 +177,11 @@ pub async fn start(
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
             .await
     });
-    let resumed = scheduler.resume_all().await?;
+    let resumed = if config.resume_jobs {
+        scheduler.resume_all().await?
+    } else {
+        scheduler.abandon_all().await?
+    };
     tracing::info!(%addr, resumed, "controller listening");
     Ok(ControllerHandle {
         addr,

@@ -1,10 +1,78 @@
-//! `fleetbench agents` (being built; see the issue that owns it).
+//! `fleetbench agents`: the controller's hosts, their health, GPUs and labels.
 
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use fleetbench_proto::controllerpb::{AgentHealth, AgentInfo, ListAgentsRequest};
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetbench agents` is not built yet")
+use super::jobs::{ControllerArgs, ago, connect};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+}
+
+fn health(a: &AgentInfo) -> String {
+    AgentHealth::try_from(a.health)
+        .map(|h| {
+            h.as_str_name()
+                .trim_start_matches("AGENT_HEALTH_")
+                .to_lowercase()
+        })
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn gpus(a: &AgentInfo) -> String {
+    let Some(f) = &a.facts else {
+        return "-".into();
+    };
+    if f.gpus.is_empty() {
+        return "none".into();
+    }
+    let mut names: Vec<&str> = f.gpus.iter().map(|g| g.name.as_str()).collect();
+    names.dedup();
+    format!("{}x {}", f.gpus.len(), names.join("/"))
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut client = connect(args.controller.url()?, &args.controller).await?;
+    let agents = client
+        .list_agents(ListAgentsRequest {})
+        .await
+        .context("ListAgents")?
+        .into_inner()
+        .agents;
+    if agents.is_empty() {
+        println!("no agents (add [[hosts]] to the controller's config, or let agents register)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<16}  {:<22}  {:<11}  {:<20}  {:<10}  {:<14}  LABELS",
+        "NAME", "ADDRESS", "HEALTH", "GPUS", "SOURCE", "LAST SEEN"
+    );
+    for a in &agents {
+        let labels: Vec<String> = {
+            let mut l: Vec<_> = a.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            l.sort();
+            l
+        };
+        println!(
+            "{:<16}  {:<22}  {:<11}  {:<20}  {:<10}  {:<14}  {}",
+            a.name,
+            a.address,
+            health(a),
+            gpus(a),
+            a.source,
+            ago(a.last_seen_unix_ms),
+            labels.join(",")
+        );
+        if !a.current_job_id.is_empty() {
+            println!("    running job {} config {}", a.current_job_id, a.current_config_id);
+        }
+        if !a.error.is_empty() {
+            println!("    error: {}", a.error);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

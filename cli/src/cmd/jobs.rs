@@ -1,10 +1,180 @@
-//! `fleetbench jobs` (being built; see the issue that owns it).
+//! `fleetbench jobs`: the controller's jobs, newest first. Also home of the controller
+//! connection every job command shares ([`ControllerArgs`], [`connect`]).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use fleetbench_proto::controllerpb::{
+    Job, JobState, ListJobsRequest, controller_client::ControllerClient,
+};
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetbench jobs` is not built yet")
+/// How to reach a controller.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerArgs {
+    /// Controller API URL (`http://127.0.0.1:7070`, `https://ctl:7070`).
+    #[arg(long, env = "FLEETBENCH_CONTROLLER")]
+    pub controller: Option<String>,
+    /// Bearer token for the controller's API.
+    #[arg(long, env = "FLEETBENCH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// CA certificate of an https controller (with --tls-cert and --tls-key for mTLS).
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate for mTLS.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// Client key for mTLS.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Adds `authorization: Bearer TOKEN` to every call when a token is given.
+#[derive(Debug, Clone)]
+pub struct Bearer(Option<AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A client of the controller API.
+pub type Client = ControllerClient<InterceptedService<Channel, Bearer>>;
+
+impl ControllerArgs {
+    /// The URL given, or an error saying how to give one.
+    pub fn url(&self) -> anyhow::Result<&str> {
+        self.controller.as_deref().context(
+            "no controller: give --controller URL or set FLEETBENCH_CONTROLLER \
+             (only `fleetbench run` starts an embedded one)",
+        )
+    }
+}
+
+/// Connects to the controller at `url` with the token and TLS material of `args`.
+pub async fn connect(url: &str, args: &ControllerArgs) -> anyhow::Result<Client> {
+    let mut ep = Endpoint::from_shared(url.to_string())
+        .with_context(|| format!("--controller {url:?} is not a URL"))?
+        .connect_timeout(std::time::Duration::from_secs(5));
+    if let Some(ca) = &args.tls_ca {
+        let (cert, key) = (
+            args.tls_cert.as_ref().context("--tls-cert is required with --tls-ca")?,
+            args.tls_key.as_ref().context("--tls-key is required with --tls-ca")?,
+        );
+        let host = ep.uri().host().unwrap_or("localhost").to_string();
+        let tls = fleetbench_support::tls::client_tls(ca, cert, key, &host)?;
+        ep = ep.tls_config(tls)?;
+    }
+    let channel = ep
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the controller at {url}"))?;
+    let bearer = match &args.token {
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse::<AsciiMetadataValue>()
+                .context("--token holds characters not allowed in a header")?,
+        ),
+        None => None,
+    };
+    Ok(ControllerClient::with_interceptor(channel, Bearer(bearer))
+        .max_decoding_message_size(256 * 1024 * 1024))
+}
+
+/// `jobs`, `FAILED`, … as people read them.
+pub fn state_name(state: i32) -> String {
+    JobState::try_from(state)
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("JOB_STATE_")
+                .to_lowercase()
+        })
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Seconds since a unix-ms timestamp, as "3m 12s".
+pub fn ago(unix_ms: i64) -> String {
+    if unix_ms <= 0 {
+        return "-".into();
+    }
+    let secs = ((fleetbench_proto::now_unix_ms() - unix_ms).max(0) / 1000) as u64;
+    format!(
+        "{} ago",
+        humantime::format_duration(std::time::Duration::from_secs(secs))
+    )
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    /// How many jobs to show.
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+}
+
+fn print_jobs(jobs: &[Job]) {
+    println!(
+        "{:<32}  {:<24}  {:<10}  {:>7}  {:>7}  {:>7}  CREATED",
+        "ID", "NAME", "STATE", "TRIALS", "LEVELS", "CRASHES"
+    );
+    for j in jobs {
+        println!(
+            "{:<32}  {:<24}  {:<10}  {:>7}  {:>7}  {:>7}  {}",
+            j.id,
+            j.name,
+            state_name(j.state),
+            format!("{}/{}", j.trials_done, j.trials_total),
+            format!("{}/{}", j.levels_done, j.levels_total),
+            j.crashes,
+            ago(j.created_unix_ms),
+        );
+        if !j.error.is_empty() {
+            println!("    error: {}", j.error);
+        }
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let jobs = match &args.controller.controller {
+        Some(url) => {
+            let mut client = connect(url, &args.controller).await?;
+            client
+                .list_jobs(ListJobsRequest { limit: args.limit })
+                .await
+                .context("ListJobs")?
+                .into_inner()
+                .jobs
+        }
+        None => {
+            // No controller: the jobs `fleetbench run` kept in the embedded store here.
+            let db = std::path::Path::new(super::run::DEFAULT_DATA_DIR).join("controller.db");
+            if !db.exists() {
+                anyhow::bail!(
+                    "no controller given (--controller or FLEETBENCH_CONTROLLER) and no \
+                     embedded store at {}",
+                    db.display()
+                );
+            }
+            let store =
+                fleetbench_controller::store::Store::open(&format!("sqlite://{}", db.display()))
+                    .await?;
+            let jobs = store.list_jobs(args.limit).await?;
+            store.close().await;
+            jobs
+        }
+    };
+    if jobs.is_empty() {
+        println!("no jobs");
+    } else {
+        print_jobs(&jobs);
+    }
+    Ok(ExitCode::SUCCESS)
 }

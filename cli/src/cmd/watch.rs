@@ -1,10 +1,259 @@
-//! `fleetbench watch` (being built; see the issue that owns it).
+//! `fleetbench watch ID`: a job's events, with a progress bar per host (the levels of the trial
+//! it runs) and one for the whole job. [`follow`] is shared with `fleetbench run`.
 
+use std::collections::HashMap;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use fleetbench_controller::spec::level_label;
+use fleetbench_proto::agentpb::{LevelOutcome, LevelResult, engine_event};
+use fleetbench_proto::controllerpb::{
+    Job, JobState, TrialEvent, TrialState, WatchJobRequest, job_event,
+};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+use super::jobs::{Client, ControllerArgs, connect, state_name};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The job to follow.
+    pub job_id: String,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetbench watch` is not built yet")
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut client = connect(args.controller.url()?, &args.controller).await?;
+    let job = follow(&mut client, &args.job_id).await?;
+    Ok(exit_code(&job))
+}
+
+/// 0 for a succeeded job, 1 otherwise.
+pub fn exit_code(job: &Job) -> ExitCode {
+    if job.state == JobState::Succeeded as i32 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+struct Bars {
+    mp: MultiProgress,
+    job: ProgressBar,
+    hosts: HashMap<String, ProgressBar>,
+}
+
+impl Bars {
+    fn new() -> Self {
+        let mp = MultiProgress::new();
+        let job = mp.add(ProgressBar::new(0));
+        job.set_style(
+            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} levels  {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        job.set_prefix("job");
+        job.enable_steady_tick(Duration::from_millis(250));
+        Bars {
+            mp,
+            job,
+            hosts: HashMap::new(),
+        }
+    }
+
+    fn line(&self, text: String) {
+        if self.mp.is_hidden() {
+            println!("{text}");
+        } else {
+            let _ = self.mp.println(text);
+        }
+    }
+
+    fn host(&mut self, host: &str) -> &ProgressBar {
+        let mp = &self.mp;
+        self.hosts.entry(host.to_string()).or_insert_with(|| {
+            let b = mp.add(ProgressBar::new(0));
+            b.set_style(
+                ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            b.set_prefix(host.to_string());
+            b
+        })
+    }
+
+    fn finish(&self) {
+        for b in self.hosts.values() {
+            b.finish_and_clear();
+        }
+        self.job.finish_and_clear();
+    }
+}
+
+fn pct(r: &LevelResult, which: &str, key: &str) -> f64 {
+    let d = match which {
+        "ttft" => &r.ttft_ms,
+        "itl" => &r.itl_ms,
+        _ => &r.e2e_ms,
+    };
+    d.as_ref()
+        .and_then(|d| d.percentiles.get(key).copied())
+        .unwrap_or(f64::NAN)
+}
+
+fn level_line(host: &str, config: &str, r: &LevelResult) -> String {
+    let label = r.level.as_ref().map(level_label).unwrap_or_default();
+    if r.outcome == LevelOutcome::Crashed as i32 {
+        let summary = r
+            .crash
+            .as_ref()
+            .map(|c| c.summary.clone())
+            .unwrap_or_default();
+        return format!("  {host:<12} {config:<16} {label:<10} CRASHED: {summary}");
+    }
+    format!(
+        "  {host:<12} {config:<16} {label:<10} {:>9.1} tok/s {:>7.2} req/s  TTFT p50 {:>7.1} p99 {:>7.1} ms  ITL p99 {:>6.1} ms{}",
+        r.output_tokens_per_s,
+        r.requests_per_s,
+        pct(r, "ttft", "p50"),
+        pct(r, "ttft", "p99"),
+        pct(r, "itl", "p99"),
+        if r.failed > 0 {
+            format!("  {} errors", r.failed)
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn trial_state(t: &TrialEvent) -> TrialState {
+    TrialState::try_from(t.state).unwrap_or(TrialState::Unspecified)
+}
+
+/// Follows a job until it ends; returns its final state.
+pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
+    let mut stream = client
+        .watch_job(WatchJobRequest {
+            job_id: job_id.to_string(),
+        })
+        .await
+        .with_context(|| format!("WatchJob {job_id}"))?
+        .into_inner();
+    let mut bars = Bars::new();
+    let mut last: Option<Job> = None;
+    while let Some(ev) = stream.message().await.context("watching the job")? {
+        match ev.event {
+            Some(job_event::Event::Job(j)) => {
+                bars.job.set_length(u64::from(j.levels_total));
+                bars.job.set_position(u64::from(j.levels_done));
+                bars.job.set_message(format!(
+                    "{}  trials {}/{}  crashes {}",
+                    state_name(j.state),
+                    j.trials_done,
+                    j.trials_total,
+                    j.crashes
+                ));
+                let done = j.state != JobState::Queued as i32 && j.state != JobState::Running as i32;
+                last = Some(j);
+                if done {
+                    break;
+                }
+            }
+            Some(job_event::Event::Trial(t)) => {
+                let state = trial_state(&t);
+                let bar = bars.host(&t.host).clone();
+                match state {
+                    TrialState::StartingEngine => {
+                        bar.set_length(u64::from(t.level_count));
+                        bar.set_position(0);
+                        bar.set_message(format!(
+                            "{} / {} #{} starting engine",
+                            t.config_name,
+                            t.workload,
+                            t.repeat + 1
+                        ));
+                    }
+                    TrialState::Running => {
+                        bar.set_message(format!("{} / {} #{}", t.config_name, t.workload, t.repeat + 1));
+                    }
+                    TrialState::Done => bar.set_message("idle"),
+                    TrialState::EngineFailed | TrialState::HostLost | TrialState::Cancelled => {
+                        bars.line(format!(
+                            "  {:<12} {:<16} trial {} #{} attempt {}: {}: {}",
+                            t.host,
+                            t.config_name,
+                            t.workload,
+                            t.repeat + 1,
+                            t.attempt,
+                            state.as_str_name().trim_start_matches("TRIAL_STATE_").to_lowercase(),
+                            t.reason
+                        ));
+                        bar.set_message("idle");
+                    }
+                    _ => {}
+                }
+            }
+            Some(job_event::Event::Engine(e)) => match e.event.and_then(|e| e.event) {
+                Some(engine_event::Event::Ready(r)) => {
+                    bars.line(format!("  {:<12} engine ready in {:.1}s", e.host, r.elapsed_s));
+                }
+                Some(engine_event::Event::Failed(c)) => {
+                    bars.line(format!("  {:<12} engine failed: {}", e.host, c.summary));
+                }
+                _ => {}
+            },
+            Some(job_event::Event::Progress(p)) => {
+                if let Some(pr) = p.progress {
+                    let bar = bars.host(&p.host).clone();
+                    let total = if pr.total > 0 {
+                        format!("/{}", pr.total)
+                    } else {
+                        String::new()
+                    };
+                    bar.set_message(format!(
+                        "{} level {}: {}{} requests{}",
+                        p.config_name,
+                        pr.level_index + 1,
+                        pr.completed,
+                        total,
+                        if pr.failed > 0 {
+                            format!(", {} failed", pr.failed)
+                        } else {
+                            String::new()
+                        }
+                    ));
+                }
+            }
+            Some(job_event::Event::Level(l)) => {
+                if let Some(r) = &l.result {
+                    bars.line(level_line(&l.host, &l.config_name, r));
+                }
+                bars.host(&l.host).inc(1);
+                bars.job.inc(1);
+            }
+            Some(job_event::Event::Message(m)) => bars.line(format!("  {m}")),
+            None => {}
+        }
+    }
+    bars.finish();
+    let job = last.context("the watch ended before the job's state was sent")?;
+    println!(
+        "job {} ({}): {}  trials {}/{}  levels {}/{}  crashes {}{}",
+        job.id,
+        job.name,
+        state_name(job.state),
+        job.trials_done,
+        job.trials_total,
+        job.levels_done,
+        job.levels_total,
+        job.crashes,
+        if job.error.is_empty() {
+            String::new()
+        } else {
+            format!("\n  error: {}", job.error)
+        }
+    );
+    Ok(job)
 }

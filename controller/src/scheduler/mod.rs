@@ -176,6 +176,23 @@ impl Scheduler {
         Ok(ids.len())
     }
 
+    /// Ends every unfinished job in the store as failed (a controller that does not resume).
+    pub async fn abandon_all(&self) -> Result<usize, SchedulerError> {
+        let ids = self.ctx.store.unfinished_jobs().await?;
+        for id in &ids {
+            self.ctx
+                .store
+                .finish_job(
+                    id,
+                    controllerpb::JobState::Failed,
+                    "interrupted: its controller exited before the job ended",
+                    now_unix_ms(),
+                )
+                .await?;
+        }
+        Ok(0)
+    }
+
     /// Cancels a job: its trials stop, their engines are stopped, the job ends `cancelled`.
     /// Returns once the job has ended.
     pub async fn cancel(&self, job_id: &str) -> Result<controllerpb::Job, SchedulerError> {
