@@ -20,15 +20,45 @@ use crate::types::{GpuInfo, GpuProcess, GpuSampleData};
 /// NVML's most links per GPU.
 const MAX_NVLINKS: u32 = nvml_wrapper_sys::bindings::NVML_NVLINK_MAX_LINKS;
 
+/// A device handle NVML gave out; NVML's handles stay valid until shutdown and NVML is
+/// thread-safe, so sharing them across threads is sound.
+#[derive(Clone, Copy)]
+struct Handle(nvml_wrapper_sys::bindings::nvmlDevice_t);
+// SAFETY: see above; the handle is an opaque token NVML accepts from any thread.
+unsafe impl Send for Handle {}
+// SAFETY: as for Send; the token is never dereferenced by us.
+unsafe impl Sync for Handle {}
+
 pub(crate) struct NvmlSource {
     nvml: Nvml,
+    /// Looked up once: a lookup is a driver call, which costs far more in a VM.
+    handles: Vec<Handle>,
+    /// Read once: a UUID never changes, and every driver call costs microseconds in a VM.
+    uuids: Vec<String>,
 }
 
 impl NvmlSource {
     /// Loads libnvidia-ml and initialises it; the error says why not in words.
     pub(crate) fn init() -> Result<NvmlSource, String> {
         match Nvml::init() {
-            Ok(nvml) => Ok(NvmlSource { nvml }),
+            Ok(nvml) => {
+                let n = nvml.device_count().unwrap_or(0);
+                let mut handles = Vec::new();
+                let mut uuids = Vec::new();
+                for i in 0..n {
+                    let Ok(d) = nvml.device_by_index(i) else {
+                        break;
+                    };
+                    uuids.push(d.uuid().unwrap_or_default());
+                    // SAFETY: only copies the opaque handle out.
+                    handles.push(Handle(unsafe { d.handle() }));
+                }
+                Ok(NvmlSource {
+                    nvml,
+                    handles,
+                    uuids,
+                })
+            }
             Err(NvmlError::LibloadingError(e)) => Err(format!(
                 "no NVML: libnvidia-ml.so.1 could not be loaded ({e}); is the NVIDIA driver installed?"
             )),
@@ -37,6 +67,10 @@ impl NvmlSource {
     }
 
     fn device(&self, index: u32) -> Result<Device<'_>, String> {
+        if let Some(h) = self.handles.get(index as usize) {
+            // SAFETY: the handle came from this Nvml, which outlives the returned Device.
+            return Ok(unsafe { Device::new(h.0, &self.nvml) });
+        }
         self.nvml
             .device_by_index(index)
             .map_err(|e| format!("GPU {index}: {e}"))
@@ -185,7 +219,7 @@ impl GpuSource for NvmlSource {
         let mem = dev.memory_info().ok();
         GpuSampleData {
             index,
-            uuid: dev.uuid().unwrap_or_default(),
+            uuid: self.uuids.get(index as usize).cloned().unwrap_or_default(),
             utilization_pct: util.as_ref().map(|u| f64::from(u.gpu)),
             memory_utilization_pct: util.as_ref().map(|u| f64::from(u.memory)),
             memory_used_bytes: mem.as_ref().map(|m| m.used),

@@ -18,6 +18,7 @@ import torch
 
 ready = threading.Event()
 stop = threading.Event()
+stats = {"tflops": 0.0, "products": 0}
 
 
 def burn(size: int, hold_gib: float) -> None:
@@ -37,8 +38,10 @@ def burn(size: int, hold_gib: float) -> None:
             c = a @ b
         torch.cuda.synchronize()
         n += 20
+        stats["products"] += 20
         if time.time() - t0 >= 5:
             tflops = 2 * size**3 * n / (time.time() - t0) / 1e12
+            stats["tflops"] = tflops
             print(f"gpu_load: {tflops:.0f} TFLOP/s", flush=True)
             n, t0 = 0, time.time()
     del c, held
@@ -46,12 +49,24 @@ def burn(size: int, hold_gib: float) -> None:
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        code = 200 if self.path == "/health" and ready.is_set() else 503
-        if self.path != "/health":
+        body = b""
+        if self.path == "/health":
+            code = 200 if ready.is_set() else 503
+        elif self.path == "/metrics":
+            code = 200
+            body = (
+                "# TYPE gpu_load_tflops gauge\n"
+                f"gpu_load_tflops {stats['tflops']:.1f}\n"
+                "# TYPE gpu_load_products_total counter\n"
+                f"gpu_load_products_total {stats['products']}\n"
+            ).encode()
+        else:
             code = 404
         self.send_response(code)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass
