@@ -381,6 +381,11 @@ impl Task {
 
     async fn on_probe(&mut self, result: Result<u16, String>) {
         let Some(e) = &mut self.engine else { return };
+        // Remember the group's members while its tree is intact: a worker that detaches and
+        // is orphaned later is still recognised (and stopped) as the engine's.
+        if matches!(e.phase, Phase::Ready { .. }) || matches!(result, Ok(200)) {
+            e.tracker.scan();
+        }
         let url = e.plan.health_url.clone();
         let ok = matches!(result, Ok(200));
         match &mut e.phase {

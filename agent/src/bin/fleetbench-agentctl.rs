@@ -1,0 +1,170 @@
+//! `fleetbench-agentctl`: an operator's gRPC client for one agent. It shows what the agent
+//! knows (host, engine, logs, metrics), applies and stops engines, runs a quick benchmark and
+//! the GPU peer-to-peer probe. It is also how the agent is checked by hand on a GPU machine.
+//!
+//! ```text
+//! fleetbench-agentctl --agent https://gpu7:7443 --ca ca.pem --cert ctl.pem --key ctl.key host
+//! fleetbench-agentctl --agent http://127.0.0.1:7443 apply --profile sim --model m --flag --max-running-requests=64
+//! ```
+
+#[path = "agentctl/args.rs"]
+mod args;
+#[path = "agentctl/print.rs"]
+mod print;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use fleetbench_proto::agentpb::{self, agent_client::AgentClient};
+use tonic::transport::{Channel, Endpoint};
+
+use args::{Cli, Command, Connection};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fleetbench-agentctl: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+async fn connect(c: &Connection) -> Result<AgentClient<Channel>> {
+    let url: http::Uri = c
+        .agent
+        .parse()
+        .with_context(|| format!("--agent {:?} is not a URL", c.agent))?;
+    let host = url
+        .host()
+        .with_context(|| format!("--agent {:?} has no host", c.agent))?
+        .trim_matches(['[', ']'])
+        .to_string();
+    let mut endpoint = Endpoint::from_shared(c.agent.clone())
+        .with_context(|| format!("--agent {:?}", c.agent))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    match url.scheme_str() {
+        Some("https") => {
+            let (Some(ca), Some(cert), Some(key)) = (&c.ca, &c.cert, &c.key) else {
+                bail!("--agent {} is https: --ca, --cert and --key are required", c.agent);
+            };
+            let domain = c.domain.clone().unwrap_or(host);
+            let tls = fleetbench_support::tls::client_tls(ca, cert, key, &domain)?;
+            endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
+        }
+        Some("http") => {}
+        other => bail!("--agent {}: scheme must be https or http, not {other:?}", c.agent),
+    }
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to the agent at {}", c.agent))?;
+    Ok(AgentClient::new(channel).max_decoding_message_size(64 * 1024 * 1024))
+}
+
+async fn run(cli: Cli) -> Result<std::process::ExitCode> {
+    let mut client = connect(&cli.conn).await?;
+    let ok = std::process::ExitCode::SUCCESS;
+    match cli.command {
+        Command::Host { json } => {
+            let h = client.get_host(agentpb::GetHostRequest {}).await?.into_inner();
+            print::host(&h, json);
+        }
+        Command::Apply(a) => {
+            let request = a.request()?;
+            let mut stream = client.apply_engine(request).await?.into_inner();
+            let mut failed = false;
+            let mut ready = false;
+            while let Some(ev) = stream.message().await? {
+                print::engine_event(&ev, a.json);
+                match ev.event {
+                    Some(agentpb::engine_event::Event::Failed(_)) => failed = true,
+                    Some(agentpb::engine_event::Event::Ready(_)) => ready = true,
+                    _ => {}
+                }
+            }
+            if failed || !ready {
+                if !ready && !failed {
+                    eprintln!("the event stream ended before the engine was ready");
+                }
+                return Ok(std::process::ExitCode::from(1));
+            }
+        }
+        Command::Stop { json } => {
+            let s = client
+                .stop_engine(agentpb::StopEngineRequest {})
+                .await?
+                .into_inner();
+            print::status(&s, json);
+        }
+        Command::Engine { json } => {
+            let s = client
+                .get_engine(agentpb::GetEngineRequest {})
+                .await?
+                .into_inner();
+            print::status(&s, json);
+        }
+        Command::Logs { follow, tail, json } => {
+            let mut stream = client
+                .stream_logs(agentpb::StreamLogsRequest { tail, follow })
+                .await?
+                .into_inner();
+            while let Some(line) = stream.message().await? {
+                print::log_line(&line, json);
+            }
+        }
+        Command::Metrics(m) => {
+            let mut stream = client
+                .stream_metrics(agentpb::StreamMetricsRequest {
+                    interval_ms: m.interval_ms,
+                    gpu: true,
+                    engine: true,
+                    process: true,
+                    engine_raw: m.raw,
+                })
+                .await?
+                .into_inner();
+            let mut n = 0u64;
+            while let Some(sample) = stream.message().await? {
+                print::metrics_sample(&sample, m.json, m.raw);
+                n += 1;
+                if m.count.is_some_and(|c| n >= c) {
+                    break;
+                }
+            }
+        }
+        Command::Bench(b) => {
+            let request = b.request()?;
+            let mut stream = client.run_benchmark(request).await?.into_inner();
+            let mut bad = false;
+            if !b.json {
+                print::level_header();
+            }
+            while let Some(ev) = stream.message().await? {
+                if let Some(agentpb::benchmark_event::Event::Level(l)) = &ev.event {
+                    bad |= l.outcome != agentpb::LevelOutcome::Ok as i32;
+                }
+                print::bench_event(&ev, b.json);
+            }
+            if bad {
+                return Ok(std::process::ExitCode::from(1));
+            }
+        }
+        Command::ProbeP2p(p) => {
+            let r = client
+                .probe_p2p(agentpb::ProbeP2pRequest {
+                    buffer_bytes: p.buffer_mib * 1024 * 1024,
+                    repeats: p.repeats,
+                    pairs: Vec::new(),
+                })
+                .await?
+                .into_inner();
+            print::p2p(&r, p.json);
+        }
+    }
+    Ok(ok)
+}

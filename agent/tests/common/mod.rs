@@ -1,0 +1,240 @@
+//! Shared by the agent's integration tests: a real `fleetbench-agent` process on an ephemeral
+//! loopback port with development certificates, and an mTLS client for it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use fleetbench_proto::agentpb::{self, agent_client::AgentClient, engine_event::Event};
+use fleetbench_support::tls::{DevCerts, client_tls, generate_dev_certs};
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint};
+
+pub struct Agent {
+    pub child: Child,
+    pub addr: std::net::SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub certs: DevCerts,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Starts an agent with TLS from fresh dev certificates; `extra` is appended to its config.
+    pub fn start(extra: &str) -> Result<Agent> {
+        let dir = tempfile::tempdir()?;
+        let certs = generate_dev_certs(&dir.path().join("certs"), &[], false)?;
+        let config = format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = {data:?}\nrelease_timeout_s = 20\n\n[tls]\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {ca:?}\n\n{extra}\n",
+            data = dir.path().join("data"),
+            cert = certs.agent_cert,
+            key = certs.agent_key,
+            ca = certs.ca_cert,
+        );
+        let cfg_path = dir.path().join("agent.toml");
+        std::fs::write(&cfg_path, config)?;
+        let log = dir.path().join("agent.log");
+        let mut child = Command::new(fleetbench_testkit::workspace_bin("fleetbench-agent"))
+            .arg("--config")
+            .arg(&cfg_path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(std::fs::File::create(&log)?))
+            .spawn()?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(a) = line.strip_prefix("fleetbench-agent listening on ") {
+                    let _ = tx.send(a.trim().to_string());
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => a.parse()?,
+            Err(_) => {
+                let _ = child.kill();
+                bail!("agent did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+        };
+        Ok(Agent { child, addr, dir, certs, log })
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub async fn client(&self) -> Result<AgentClient<Channel>> {
+        let tls = client_tls(&self.certs.ca_cert, &self.certs.controller_cert, &self.certs.controller_key, "localhost")?;
+        let channel = Endpoint::from_shared(format!("https://{}", self.addr))?
+            .tls_config(tls)?
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await?;
+        Ok(AgentClient::new(channel).max_decoding_message_size(64 << 20))
+    }
+
+    /// SIGTERM and wait for a clean exit; returns whether it exited within the limit.
+    pub fn terminate(&mut self, within: Duration) -> bool {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if !self.terminate(Duration::from_secs(30)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn spec(profile: &str, model: &str, port: u16, flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
+    agentpb::EngineSpec {
+        profile: profile.into(),
+        model: model.into(),
+        flags: flags.iter().map(|(n, v)| agentpb::Flag { name: n.to_string(), value: v.map(String::from) }).collect(),
+        env: Default::default(),
+        port: u32::from(port),
+    }
+}
+
+/// Applies `spec` and collects its lifecycle events until the stream ends.
+pub async fn apply(client: &mut AgentClient<Channel>, spec: agentpb::EngineSpec, within: Duration) -> Result<Vec<Event>> {
+    let mut stream = client
+        .apply_engine(agentpb::ApplyEngineRequest { spec: Some(spec), run_id: String::new() })
+        .await?
+        .into_inner();
+    let mut events = Vec::new();
+    let collect = async {
+        while let Some(e) = stream.next().await {
+            events.push(e?.event.context("empty event")?);
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(within, collect).await.context("apply stream did not end")??;
+    Ok(events)
+}
+
+pub fn ready(events: &[Event]) -> Option<&agentpb::Ready> {
+    events.iter().find_map(|e| match e {
+        Event::Ready(r) => Some(r),
+        _ => None,
+    })
+}
+
+pub fn spawned(events: &[Event]) -> Option<&agentpb::Spawned> {
+    events.iter().find_map(|e| match e {
+        Event::Spawned(s) => Some(s),
+        _ => None,
+    })
+}
+
+/// `(pid, pgrp, ppid, state)` of every process on the host.
+pub fn processes() -> Vec<(i32, i32, i32, char)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(close) = stat.rfind(')') else { continue };
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if f.len() < 3 {
+            continue;
+        }
+        let state = f[0].chars().next().unwrap_or('?');
+        let ppid = f[1].parse().unwrap_or(0);
+        let pgrp = f[2].parse().unwrap_or(0);
+        v.push((pid, pgrp, ppid, state));
+    }
+    v
+}
+
+/// Live (non-zombie) processes in process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    processes().into_iter().filter(|p| p.1 == pgid && p.3 != 'Z').map(|p| p.0).collect()
+}
+
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|c| s[c + 1..].trim_start().chars().next() != Some('Z')))
+        .unwrap_or(false)
+}
+
+/// Waits until `cond` holds, polling.
+pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn random_workload(input: u32, output: u32) -> agentpb::Workload {
+    agentpb::Workload {
+        name: "random".into(),
+        dataset: Some(agentpb::workload::Dataset::Random(agentpb::RandomDataset { input_len: input, output_len: output, range_ratio: 0.0 })),
+        api: agentpb::ApiKind::Completions as i32,
+        model: String::new(),
+        ignore_eos: true,
+        seed: 1,
+    }
+}
+
+pub fn closed(c: u32) -> agentpb::LoadLevel {
+    agentpb::LoadLevel { concurrency: Some(c), request_rate: None, burstiness: 1.0 }
+}
+
+/// Runs a benchmark and collects its events until the stream ends.
+pub async fn bench(
+    client: &mut AgentClient<Channel>,
+    req: agentpb::RunBenchmarkRequest,
+    within: Duration,
+) -> Result<(Vec<agentpb::BenchmarkProgress>, Vec<agentpb::LevelResult>)> {
+    use agentpb::benchmark_event::Event as B;
+    let mut stream = client.run_benchmark(req).await?.into_inner();
+    let (mut progress, mut levels) = (Vec::new(), Vec::new());
+    let collect = async {
+        while let Some(e) = stream.next().await {
+            match e?.event {
+                Some(B::Progress(p)) => progress.push(p),
+                Some(B::Level(l)) => levels.push(l),
+                None => {}
+            }
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(within, collect).await.context("benchmark stream did not end")??;
+    Ok((progress, levels))
+}
+
+pub fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("FLEETBENCH_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| fleetbench_testkit::repo_root().join(".venv"));
+    venv.join("bin").join("python3")
+}
+
+pub fn write(path: &Path, text: &str) -> PathBuf {
+    std::fs::write(path, text).expect("write");
+    path.to_path_buf()
+}
