@@ -5,7 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-/// MoE runner backends the model knows cost curves for (SGLang's `--moe-runner-backend`).
+/// MoE runner backends (SGLang's `--moe-runner-backend`, 0.5.9 and 0.5.23 choices). The model
+/// has its own cost curve for the named variants; `Other` backends share a middle curve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MoeBackend {
     Auto,
@@ -14,11 +15,39 @@ pub enum MoeBackend {
     FlashinferCutlass,
     Cutlass,
     FlashinferTrtllm,
+    /// Any other SGLang choice (`triton_kernel`, `marlin`, `aiter`, ...).
+    Other(&'static str),
 }
 
+/// Every `--moe-runner-backend` value SGLang accepts.
+pub const MOE_BACKEND_CHOICES: &[&str] = &[
+    "auto",
+    "deep_gemm",
+    "triton",
+    "triton_kernel",
+    "flashinfer_trtllm",
+    "experimental_sgl_trtllm",
+    "flashinfer_trtllm_routed",
+    "flashinfer_cutlass",
+    "flashinfer_mxfp4",
+    "flashinfer_cutedsl",
+    "flashinfer_megamoe",
+    "cutlass",
+    "aiter",
+    "marlin",
+    "humming",
+    "experimental_sgl_marlin",
+    "lora_cutedsl",
+    "lora_triton",
+    "lora_marlin",
+    "hpc_ops",
+    "megamoe",
+    "intel_xpu",
+];
+
 impl MoeBackend {
-    /// Every backend, in the order `--help` lists them.
-    pub const ALL: [MoeBackend; 6] = [
+    /// The backends with a cost curve of their own.
+    pub const MODELLED: [MoeBackend; 6] = [
         MoeBackend::Auto,
         MoeBackend::Triton,
         MoeBackend::DeepGemm,
@@ -36,12 +65,19 @@ impl MoeBackend {
             MoeBackend::FlashinferCutlass => "flashinfer_cutlass",
             MoeBackend::Cutlass => "cutlass",
             MoeBackend::FlashinferTrtllm => "flashinfer_trtllm",
+            MoeBackend::Other(s) => s,
         }
     }
 
-    /// Parses a flag value; `None` when it is not a known backend.
+    /// Parses a flag value; `None` when SGLang would refuse it.
     pub fn parse(s: &str) -> Option<MoeBackend> {
-        MoeBackend::ALL.into_iter().find(|b| b.as_str() == s)
+        if let Some(b) = MoeBackend::MODELLED.into_iter().find(|b| b.as_str() == s) {
+            return Some(b);
+        }
+        MOE_BACKEND_CHOICES
+            .iter()
+            .find(|c| **c == s)
+            .map(|c| MoeBackend::Other(c))
     }
 }
 
@@ -110,6 +146,14 @@ pub struct SimArgs {
     pub faults: Faults,
     /// Runtime worker threads; default: the CPUs this process may run on.
     pub workers: Option<usize>,
+    /// `--kv-cache-dtype`: fp8 kinds halve the KV bytes per token, fp4 kinds quarter them.
+    pub kv_cache_dtype: String,
+    /// `--max-total-tokens`: caps the KV pool.
+    pub max_total_tokens: Option<u32>,
+    /// `--stream-response-default-include-usage`: usage chunk even without `stream_options`.
+    pub default_include_usage: bool,
+    /// SGLang flags accepted for compatibility that the model ignores, as given.
+    pub accepted: Vec<(String, String)>,
 }
 
 impl Default for SimArgs {
@@ -145,6 +189,10 @@ impl Default for SimArgs {
             crash_backend: None,
             faults: Faults::default(),
             workers: None,
+            kv_cache_dtype: "auto".into(),
+            max_total_tokens: None,
+            default_include_usage: false,
+            accepted: Vec::new(),
         }
     }
 }
@@ -221,7 +269,7 @@ pub fn usage() -> String {
             continue;
         }
         match f.kind {
-            Kind::Switch => s.push_str(&format!(" [{}]", f.name)),
+            Kind::Switch | Kind::Accept(Accepted::Switch) => s.push_str(&format!(" [{}]", f.name)),
             _ => s.push_str(&format!(
                 " [{} {}]",
                 f.name,
@@ -239,6 +287,17 @@ pub fn usage() -> String {
 enum Kind {
     Switch,
     Value,
+    /// Accepted for SGLang compatibility, checked for type, no effect on the model.
+    Accept(Accepted),
+}
+
+#[derive(Clone, Copy)]
+enum Accepted {
+    Switch,
+    Int,
+    Float,
+    Str,
+    Choice(&'static [&'static str]),
 }
 
 struct Flag {
@@ -259,6 +318,13 @@ const fn sw(name: &'static str) -> Flag {
         name,
         canonical: name,
         kind: Kind::Switch,
+    }
+}
+const fn acc(name: &'static str, a: Accepted) -> Flag {
+    Flag {
+        name,
+        canonical: name,
+        kind: Kind::Accept(a),
     }
 }
 const fn alias(name: &'static str, canonical: &'static str, kind: Kind) -> Flag {
@@ -303,21 +369,164 @@ const FLAGS: &[Flag] = &[
     v("--crash-backend"),
     v("--fault"),
     v("--workers"),
+    v("--kv-cache-dtype"),
+    v("--max-total-tokens"),
+    sw("--stream-response-default-include-usage"),
+    v("--cuda-graph-max-bs-decode"),
+    v("--cuda-graph-backend-decode"),
+    // Accepted as SGLang accepts them; the model does not depend on them.
+    acc("--dp-size", Accepted::Int),
+    alias(
+        "--data-parallel-size",
+        "--dp-size",
+        Kind::Accept(Accepted::Int),
+    ),
+    acc("--ep-size", Accepted::Int),
+    alias(
+        "--expert-parallel-size",
+        "--ep-size",
+        Kind::Accept(Accepted::Int),
+    ),
+    alias("--ep", "--ep-size", Kind::Accept(Accepted::Int)),
+    acc("--pp-size", Accepted::Int),
+    alias(
+        "--pipeline-parallel-size",
+        "--pp-size",
+        Kind::Accept(Accepted::Int),
+    ),
+    acc("--attn-dp-size", Accepted::Int),
+    acc("--enable-dp-attention", Accepted::Switch),
+    acc("--max-queued-requests", Accepted::Int),
+    acc("--disable-cuda-graph-padding", Accepted::Switch),
+    acc("--cuda-graph-max-bs-prefill", Accepted::Int),
+    acc(
+        "--cuda-graph-backend-prefill",
+        Accepted::Choice(GRAPH_BACKENDS),
+    ),
+    acc("--cuda-graph-config", Accepted::Str),
+    acc(
+        "--moe-a2a-backend",
+        Accepted::Choice(&[
+            "none",
+            "deepep",
+            "mooncake",
+            "mori",
+            "nixl",
+            "ascend_fuseep",
+            "flashinfer",
+        ]),
+    ),
+    acc(
+        "--prefill-attention-backend",
+        Accepted::Choice(ATTENTION_BACKENDS),
+    ),
+    acc(
+        "--decode-attention-backend",
+        Accepted::Choice(ATTENTION_BACKENDS),
+    ),
+    acc(
+        "--schedule-policy",
+        Accepted::Choice(&[
+            "lpm",
+            "random",
+            "fcfs",
+            "dfs-weight",
+            "lof",
+            "priority",
+            "routing-key",
+            "hrrn",
+        ]),
+    ),
+    acc("--schedule-conservativeness", Accepted::Float),
+    acc("--page-size", Accepted::Int),
+    acc("--stream-interval", Accepted::Int),
+    acc("--num-continuous-decode-steps", Accepted::Int),
+    acc("--enable-torch-compile", Accepted::Switch),
+    acc("--torch-compile-max-bs", Accepted::Int),
+    acc("--disable-radix-cache", Accepted::Switch),
+    acc("--enable-mixed-chunk", Accepted::Switch),
+    acc("--disable-overlap-schedule", Accepted::Switch),
+    acc("--enable-nan-detection", Accepted::Switch),
+    acc(
+        "--sampling-backend",
+        Accepted::Choice(&["flashinfer", "pytorch", "ascend", "intel_xpu"]),
+    ),
+    acc(
+        "--grammar-backend",
+        Accepted::Choice(&["xgrammar", "outlines", "llguidance", "none"]),
+    ),
+    acc(
+        "--dtype",
+        Accepted::Choice(&["auto", "half", "float16", "bfloat16", "float", "float32"]),
+    ),
+    acc("--quantization", Accepted::Str),
+    acc("--watchdog-timeout", Accepted::Float),
+    acc("--speculative-algorithm", Accepted::Str),
+    acc("--speculative-num-steps", Accepted::Int),
+    acc("--speculative-eagle-topk", Accepted::Int),
+    acc("--speculative-num-draft-tokens", Accepted::Int),
+    acc("--tokenizer-path", Accepted::Str),
+    acc("--skip-server-warmup", Accepted::Switch),
+];
+
+const GRAPH_BACKENDS: &[&str] = &["full", "breakable", "disabled"];
+
+const KV_CACHE_DTYPES: &[&str] = &[
+    "auto",
+    "fp8_e5m2",
+    "fp8_e4m3",
+    "mxfp8",
+    "bf16",
+    "bfloat16",
+    "nvfp4",
+    "fp4_mx_block16",
+    "fp4_e2m1",
 ];
 
 const ATTENTION_BACKENDS: &[&str] = &[
     "triton",
     "torch_native",
     "flex_attention",
+    "dsa",
+    "nsa",
+    "qsa",
+    "dsv4",
+    "compressed",
+    "cutlass_mla",
     "fa3",
     "fa4",
     "flashinfer",
+    "llada2_cfg_flashinfer",
     "flashmla",
     "trtllm_mla",
     "cutedsl_mla",
+    "tokenspeed_mla",
     "trtllm_mha",
+    "hpc_ops",
+    "dual_chunk_flash_attn",
+    "minicpm_flashattn",
+    "minicpm_flashinfer",
     "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
 ];
+
+fn choice(flag: &str, value: &str, choices: &[&str]) -> Result<(), ArgError> {
+    if choices.contains(&value) {
+        return Ok(());
+    }
+    Err(ArgError::BadChoice {
+        flag: flag.to_string(),
+        value: value.to_string(),
+        choices: choices
+            .iter()
+            .map(|b| format!("'{b}'"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
 
 fn lookup(given: &str) -> Result<&'static Flag, ArgError> {
     if let Some(f) = FLAGS.iter().find(|f| f.name == given) {
@@ -378,7 +587,7 @@ fn backend(flag: &str, value: &str) -> Result<MoeBackend, ArgError> {
     MoeBackend::parse(value).ok_or_else(|| ArgError::BadChoice {
         flag: flag.to_string(),
         value: value.to_string(),
-        choices: MoeBackend::ALL
+        choices: MOE_BACKEND_CHOICES
             .iter()
             .map(|b| format!("'{b}'"))
             .collect::<Vec<_>>()
@@ -404,16 +613,17 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             None => (arg.as_str(), None),
         };
         let flag = lookup(name)?;
-        let value = match (flag.kind, inline) {
-            (Kind::Switch, Some(v)) => {
+        let switch = matches!(flag.kind, Kind::Switch | Kind::Accept(Accepted::Switch));
+        let value = match (switch, inline) {
+            (true, Some(v)) => {
                 return Err(ArgError::UnexpectedValue {
                     flag: flag.canonical.to_string(),
                     value: v,
                 });
             }
-            (Kind::Switch, None) => String::new(),
-            (Kind::Value, Some(v)) => v,
-            (Kind::Value, None) => match args.get(i) {
+            (true, None) => String::new(),
+            (false, Some(v)) => v,
+            (false, None) => match args.get(i) {
                 Some(v) if !v.starts_with("--") || v.parse::<f64>().is_ok() => {
                     i += 1;
                     v.clone()
@@ -427,6 +637,21 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
         };
         let f = flag.canonical;
         let v = value.as_str();
+        if let Kind::Accept(a) = flag.kind {
+            match a {
+                Accepted::Switch | Accepted::Str => {}
+                Accepted::Int => {
+                    num::<i64>(f, v, "int")?;
+                }
+                Accepted::Float => {
+                    num::<f64>(f, v, "float")?;
+                }
+                Accepted::Choice(c) => choice(f, v, c)?,
+            }
+            let shown = if switch { "True".to_string() } else { value };
+            out.accepted.push((f.to_string(), shown));
+            continue;
+        }
         match f {
             "--host" => out.host = value,
             "--port" => out.port = num(f, v, "int")?,
@@ -478,18 +703,19 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             "--context-length" => out.context_length = Some(positive_int(f, v)?),
             "--enable-metrics" => out.enable_metrics = true,
             "--attention-backend" => {
-                if !ATTENTION_BACKENDS.contains(&v) {
-                    return Err(ArgError::BadChoice {
-                        flag: f.into(),
-                        value,
-                        choices: ATTENTION_BACKENDS
-                            .iter()
-                            .map(|b| format!("'{b}'"))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    });
-                }
+                choice(f, v, ATTENTION_BACKENDS)?;
                 out.attention_backend = Some(value);
+            }
+            "--kv-cache-dtype" => {
+                choice(f, v, KV_CACHE_DTYPES)?;
+                out.kv_cache_dtype = value;
+            }
+            "--max-total-tokens" => out.max_total_tokens = Some(positive_int(f, v)?),
+            "--stream-response-default-include-usage" => out.default_include_usage = true,
+            "--cuda-graph-max-bs-decode" => out.cuda_graph_max_bs = Some(positive_int(f, v)?),
+            "--cuda-graph-backend-decode" => {
+                choice(f, v, GRAPH_BACKENDS)?;
+                out.disable_cuda_graph = v == "disabled";
             }
             "--trust-remote-code" => out.trust_remote_code = true,
             "--log-level" => out.log_level = value,
@@ -590,6 +816,35 @@ mod tests {
                 flag: "--port".into()
             }
         );
+    }
+
+    #[test]
+    fn sglang_compat_flags_are_accepted_and_typed() {
+        let a = p(
+            "--dp-size 2 --enable-mixed-chunk --schedule-policy lpm --kv-cache-dtype fp8_e4m3 \
+                   --cuda-graph-backend-decode disabled --moe-runner-backend marlin",
+        )
+        .unwrap();
+        assert!(a.disable_cuda_graph);
+        assert_eq!(a.kv_cache_dtype, "fp8_e4m3");
+        assert_eq!(a.moe_runner_backend, MoeBackend::Other("marlin"));
+        assert_eq!(a.accepted.len(), 3);
+        assert!(
+            p("--dp-size two")
+                .unwrap_err()
+                .to_string()
+                .contains("--dp-size")
+        );
+        assert!(
+            p("--schedule-policy best")
+                .unwrap_err()
+                .to_string()
+                .contains("invalid choice")
+        );
+        assert!(matches!(
+            p("--enable-mixed-chunk=1").unwrap_err(),
+            ArgError::UnexpectedValue { .. }
+        ));
     }
 
     #[test]

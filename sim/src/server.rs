@@ -396,7 +396,7 @@ async fn generate(
             continuous_usage: o.continuous_usage_stats,
         },
         None => StreamOpts {
-            include_usage: false,
+            include_usage: state.args.default_include_usage,
             continuous_usage: false,
         },
     };

@@ -12,11 +12,11 @@ use crate::model::{Memory, MemoryError, ModelParams};
 pub const VERSION: &str = "0.5.9-fleetbench-sim";
 
 /// The effective args, with SGLang's key names, in SGLang's order (roughly).
-pub fn effective_args(args: &SimArgs, params: &ModelParams) -> Vec<(&'static str, Value)> {
+pub fn effective_args(args: &SimArgs, params: &ModelParams) -> Vec<(String, Value)> {
     let mem_frac = args
         .mem_fraction_static
         .unwrap_or(crate::model::memory::DEFAULT_MEM_FRACTION);
-    let mut v = vec![
+    let mut v: Vec<(&str, Value)> = vec![
         ("model_path", json!(args.model_path)),
         ("tokenizer_path", json!(args.model_path)),
         ("served_model_name", json!(args.served_model_name())),
@@ -43,6 +43,12 @@ pub fn effective_args(args: &SimArgs, params: &ModelParams) -> Vec<(&'static str
         ),
         ("disable_cuda_graph", json!(args.disable_cuda_graph)),
         ("cuda_graph_max_bs", json!(params.cuda_graph_max_bs)),
+        ("kv_cache_dtype", json!(args.kv_cache_dtype)),
+        ("max_total_tokens", json!(args.max_total_tokens)),
+        (
+            "stream_response_default_include_usage",
+            json!(args.default_include_usage),
+        ),
     ];
     v.push((
         "sim_mode",
@@ -62,7 +68,15 @@ pub fn effective_args(args: &SimArgs, params: &ModelParams) -> Vec<(&'static str
         ("sim_slowdown", json!(args.slowdown)),
         ("sim_gpu_memory_gb", json!(args.gpu_memory_gb)),
     ]);
-    v
+    let mut out: Vec<(String, Value)> = v.into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    // Compatibility flags the model ignores still show, as SGLang shows every arg.
+    for (flag, value) in &args.accepted {
+        out.push((
+            flag.trim_start_matches("--").replace('-', "_"),
+            json!(value),
+        ));
+    }
+    out
 }
 
 fn py_repr(v: &Value) -> String {
@@ -76,7 +90,7 @@ fn py_repr(v: &Value) -> String {
 }
 
 /// `server_args=ServerArgs(model_path='…', …)` as SGLang logs it.
-pub fn server_args_line(fields: &[(&'static str, Value)]) -> String {
+pub fn server_args_line(fields: &[(String, Value)]) -> String {
     let inner: Vec<String> = fields
         .iter()
         .map(|(k, v)| format!("{k}={}", py_repr(v)))
@@ -85,10 +99,10 @@ pub fn server_args_line(fields: &[(&'static str, Value)]) -> String {
 }
 
 /// The `/server_info` document: the effective args plus scheduler facts.
-pub fn server_info(fields: &[(&'static str, Value)], params: &ModelParams) -> Value {
+pub fn server_info(fields: &[(String, Value)], params: &ModelParams) -> Value {
     let mut m = serde_json::Map::new();
     for (k, v) in fields {
-        m.insert((*k).to_string(), v.clone());
+        m.insert(k.clone(), v.clone());
     }
     m.insert(
         "max_total_num_tokens".into(),
@@ -119,7 +133,7 @@ pub enum StartupOutcome {
 
 /// Prints the start-up log spread over the delay, imitating the failures that happen there.
 /// `sleep` waits a wall-clock duration (tokio's timer is precise enough at this scale).
-pub async fn run(args: &SimArgs, fields: &[(&'static str, Value)]) -> StartupOutcome {
+pub async fn run(args: &SimArgs, fields: &[(String, Value)]) -> StartupOutcome {
     let delay = args.effective_startup_delay();
     let part = |f: f64| tokio::time::sleep(delay.mul_f64(f));
     logs::server(&server_args_line(fields));

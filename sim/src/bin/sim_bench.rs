@@ -1,1 +1,363 @@
-fn main() {}
+//! `fleetbench-sim-bench`: figures about the simulator itself.
+//!
+//! - `fleetbench-sim-bench stream [--seconds S] [--concurrency 64,512] [--tokens 256]`: streamed
+//!   tokens per second the simulator serves in instant fixed-latency mode, pinned to one CPU (the
+//!   last one) with a raw client pinned to another, per-token and coalesced writes, and the
+//!   simulator's CPU time per 1,000 tokens.
+//! - `fleetbench-sim-bench story [--time-scale F] [--requests-per-level N]`: the quickstart A/B
+//!   sweep (triton vs flashinfer_cutlass with a crash above batch 384) measured against the real
+//!   binary in model mode, next to the model's predictions.
+//!
+//! The simulator binary is found next to this one.
+
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use fleetbench_sim::model::{ModelParams, closed_loop};
+use fleetbench_sim::parse_args;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pin_self(cpu: usize) {
+    // SAFETY: plain syscall on a zeroed, locally owned cpu_set_t.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn start_sim(args: &[String], cpu: Option<usize>) -> anyhow::Result<Server> {
+    let exe = std::env::current_exe()?.with_file_name("fleetbench-sim");
+    let mut cmd = Command::new(&exe);
+    cmd.args(["--host", "127.0.0.1", "--port", "0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(cpu) = cpu {
+        // SAFETY: sched_setaffinity is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("start {}", exe.display()))?;
+    let mut out = child.stdout.take().context("stdout")?;
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while std::io::Read::read(&mut out, &mut b)? == 1 && b[0] != b'\n' {
+        line.push(b[0]);
+    }
+    let line = String::from_utf8_lossy(&line).to_string();
+    let port = line
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .with_context(|| format!("unexpected first line {line:?}"))?;
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut sink);
+    });
+    let server = Server { child, port };
+    let end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < end {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut r = String::new();
+            let _ = s.read_to_string(&mut r);
+            if r.starts_with("HTTP/1.1 200") {
+                return Ok(server);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("simulator not ready within 30 s")
+}
+
+fn request(prompt_words: usize, max_tokens: u32) -> Vec<u8> {
+    let prompt = vec!["hello"; prompt_words].join(" ");
+    let body = format!(
+        r#"{{"prompt":"{prompt}","max_tokens":{max_tokens},"ignore_eos":true,"stream":true}}"#
+    );
+    format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// One streamed request on a keep-alive connection; returns (TTFT, E2E, events).
+async fn one(
+    s: &mut TcpStream,
+    req: &[u8],
+    buf: &mut [u8],
+) -> anyhow::Result<(Duration, Duration, u64)> {
+    let t0 = Instant::now();
+    s.write_all(req).await?;
+    let mut events = 0u64;
+    let mut prev = 0u8;
+    let mut first = None;
+    let mut tail = [0u8; 5];
+    loop {
+        let n = s.read(buf).await?;
+        if n == 0 {
+            bail!("connection closed mid-stream");
+        }
+        for &c in &buf[..n] {
+            if c == b'\n' && prev == b'\n' {
+                events += 1;
+                if first.is_none() {
+                    first = Some(Instant::now());
+                }
+            }
+            prev = c;
+        }
+        // The chunked body ends with the zero-size chunk.
+        if n >= 5 {
+            tail.copy_from_slice(&buf[n - 5..n]);
+        } else {
+            tail.rotate_left(n);
+            tail[5 - n..].copy_from_slice(&buf[..n]);
+        }
+        if &tail == b"0\r\n\r\n" {
+            break;
+        }
+    }
+    let end = Instant::now();
+    Ok((first.unwrap_or(end) - t0, end - t0, events))
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let p = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of the file, 12 and 13 after the ")".
+    p(11) + p(12)
+}
+
+async fn stream_bench(
+    port: u16,
+    conc: usize,
+    tokens: u32,
+    secs: f64,
+) -> anyhow::Result<(f64, u64)> {
+    let req = Arc::new(request(16, tokens));
+    let total = Arc::new(AtomicU64::new(0));
+    let stop = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for _ in 0..conc {
+        let req = req.clone();
+        let total = total.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+            s.set_nodelay(true)?;
+            let mut buf = vec![0u8; 256 * 1024];
+            while Instant::now() < stop {
+                let (_, _, events) = one(&mut s, &req, &mut buf).await?;
+                // Token events, without the finish event and [DONE].
+                total.fetch_add(events.saturating_sub(2), Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let t0 = Instant::now();
+    for t in tasks {
+        t.await??;
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let n = total.load(Relaxed);
+    Ok((n as f64 / dt, n))
+}
+
+fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match args.first().map(String::as_str) {
+        Some("stream") => stream_main(&args, &rt),
+        Some("story") => story_main(&args, &rt),
+        _ => {
+            eprintln!("usage: fleetbench-sim-bench stream|story [options]");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn stream_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let secs: f64 = flag(args, "--seconds", 3.0);
+    let tokens: u32 = flag(args, "--tokens", 256);
+    let concs: String = flag(args, "--concurrency", "64,512".to_string());
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let (server_cpu, client_cpu) = if cpus >= 2 {
+        (Some(cpus - 1), Some(0))
+    } else {
+        (None, None)
+    };
+    if let Some(c) = client_cpu {
+        pin_self(c);
+    }
+    let hz = 100.0; // USER_HZ on Linux
+    println!(
+        "simulator pinned to cpu {server_cpu:?}, client to cpu {client_cpu:?}, {tokens} tokens per request, {secs} s per run"
+    );
+    println!(
+        "{:>11} {:>6} {:>14} {:>22}",
+        "writes", "conc", "tokens/s", "sim CPU ms/1k tokens"
+    );
+    for writes in ["per-token", "coalesced"] {
+        for conc in concs
+            .split(',')
+            .filter_map(|c| c.trim().parse::<usize>().ok())
+        {
+            let sim_args: Vec<String> = [
+                "--ttft-ms",
+                "0",
+                "--itl-ms",
+                "0",
+                "--workers",
+                "1",
+                "--stream-writes",
+                writes,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let server = start_sim(&sim_args, server_cpu)?;
+            let pid = server.child.id();
+            let c0 = cpu_ticks(pid);
+            let (tps, n) = rt.block_on(stream_bench(server.port, conc, tokens, secs))?;
+            let cpu_ms = (cpu_ticks(pid) - c0) as f64 / hz * 1e3;
+            println!(
+                "{writes:>11} {conc:>6} {tps:>14.0} {:>22.3}",
+                cpu_ms / (n as f64 / 1e3)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn story_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let scale: f64 = flag(args, "--time-scale", 0.05);
+    let per_level: usize = flag(args, "--requests-per-level", 0);
+    let input: usize = flag(args, "--input-len", 256);
+    let output: u32 = flag(args, "--output-len", 128);
+    let configs = [
+        ("A", "--moe-runner-backend triton".to_string()),
+        (
+            "B",
+            "--moe-runner-backend flashinfer_cutlass --max-running-requests 512 --crash-above-batch 384 --crash-backend flashinfer_cutlass".to_string(),
+        ),
+    ];
+    let levels = [1usize, 8, 32, 128, 256, 512];
+    println!("workload: random, input {input}, output {output}, ignore_eos; --time-scale {scale}");
+    println!(
+        "{:>6} {:>6} {:>13} {:>13} {:>10} {:>10}",
+        "config", "conc", "measured", "predicted", "ttft p50", "wall s"
+    );
+    for (name, flags) in &configs {
+        let mut sim_args: Vec<String> = flags.split_whitespace().map(String::from).collect();
+        sim_args.extend(["--time-scale".to_string(), scale.to_string()]);
+        let params = ModelParams::from_args(&parse_args(&sim_args)?)?;
+        let server = start_sim(&sim_args, None)?;
+        let req = Arc::new(request(input, output));
+        for &c in &levels {
+            let n = if per_level > 0 {
+                per_level
+            } else {
+                (c * 3).max(24)
+            };
+            let pred = closed_loop(&params, c as u32, input as u32, output, n as u32);
+            let t0 = Instant::now();
+            let res = rt.block_on(closed_level(server.port, c, n, req.clone()));
+            let wall = t0.elapsed().as_secs_f64();
+            match res {
+                Ok((tps, ttft)) => println!(
+                    "{name:>6} {c:>6} {tps:>13.1} {:>13.1} {:>9.2}ms {wall:>10.2}",
+                    pred.output_tokens_per_s, ttft
+                ),
+                Err(e) => {
+                    println!(
+                        "{name:>6} {c:>6} {:>13} {:>13} (predicted crash: {}) {e:#}",
+                        "CRASHED", "-", pred.crashed
+                    );
+                    break;
+                }
+            }
+        }
+        drop(server);
+    }
+    Ok(())
+}
+
+async fn closed_level(
+    port: u16,
+    conc: usize,
+    n: usize,
+    req: Arc<Vec<u8>>,
+) -> anyhow::Result<(f64, f64)> {
+    let left = Arc::new(AtomicU64::new(n as u64));
+    let tokens = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conc {
+        let (left, tokens, req) = (left.clone(), tokens.clone(), req.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+            s.set_nodelay(true)?;
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut ttfts = Vec::new();
+            while left
+                .fetch_update(Relaxed, Relaxed, |v| v.checked_sub(1))
+                .is_ok()
+            {
+                let (ttft, _, events) = one(&mut s, &req, &mut buf).await?;
+                tokens.fetch_add(events.saturating_sub(2), Relaxed);
+                ttfts.push(ttft.as_secs_f64() * 1e3);
+            }
+            anyhow::Ok(ttfts)
+        }));
+    }
+    let mut ttfts = Vec::new();
+    for t in tasks {
+        ttfts.extend(t.await??);
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    ttfts.sort_by(f64::total_cmp);
+    let p50 = ttfts.get(ttfts.len() / 2).copied().unwrap_or(0.0);
+    Ok((tokens.load(Relaxed) as f64 / dt, p50))
+}

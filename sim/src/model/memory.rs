@@ -90,8 +90,16 @@ impl Memory {
                 free_gb: rest.max(0.0),
             });
         }
-        let per_token = KV_BYTES_PER_TOKEN / tp.min(4.0);
-        let max_total_num_tokens = (kv_gb * GIB / per_token) as u64;
+        let dtype_factor = match args.kv_cache_dtype.as_str() {
+            "fp8_e5m2" | "fp8_e4m3" | "mxfp8" => 0.5,
+            "nvfp4" | "fp4_mx_block16" | "fp4_e2m1" => 0.25,
+            _ => 1.0,
+        };
+        let per_token = KV_BYTES_PER_TOKEN * dtype_factor / tp.min(4.0);
+        let mut max_total_num_tokens = (kv_gb * GIB / per_token) as u64;
+        if let Some(cap) = args.max_total_tokens {
+            max_total_num_tokens = max_total_num_tokens.min(u64::from(cap));
+        }
         Ok(Memory {
             total_gb: total,
             mem_fraction_static: frac,
@@ -122,6 +130,16 @@ mod tests {
         assert!(a.max_total_num_tokens > 600_000, "{a:?}");
         assert!(b.max_total_num_tokens < a.max_total_num_tokens / 2);
         assert!(plan("--tp-size 2").unwrap().max_total_num_tokens > a.max_total_num_tokens);
+        let fp8 = plan("--kv-cache-dtype fp8_e4m3")
+            .unwrap()
+            .max_total_num_tokens;
+        assert!(fp8 > a.max_total_num_tokens * 19 / 10);
+        assert_eq!(
+            plan("--max-total-tokens 5000")
+                .unwrap()
+                .max_total_num_tokens,
+            5000
+        );
     }
 
     #[test]

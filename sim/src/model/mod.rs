@@ -84,10 +84,13 @@ pub struct MoeCost {
 pub fn moe_cost(backend: MoeBackend) -> MoeCost {
     let (fixed_ms, per_req_ms, prefill_per_token_ms) = match backend {
         MoeBackend::Auto | MoeBackend::Triton => (3.00, 0.075, 0.0080),
-        MoeBackend::FlashinferCutlass => (3.60, 0.035, 0.0040),
-        MoeBackend::DeepGemm => (4.60, 0.030, 0.0035),
+        MoeBackend::FlashinferCutlass => (3.80, 0.035, 0.0040),
+        MoeBackend::DeepGemm => (5.60, 0.033, 0.0035),
         MoeBackend::Cutlass => (3.40, 0.050, 0.0050),
         MoeBackend::FlashinferTrtllm => (3.30, 0.045, 0.0045),
+        MoeBackend::Other("triton_kernel") => (3.10, 0.070, 0.0075),
+        MoeBackend::Other("flashinfer_trtllm_routed") => (3.35, 0.045, 0.0045),
+        MoeBackend::Other(_) => (3.50, 0.055, 0.0055),
     };
     MoeCost {
         fixed_ms,

@@ -195,3 +195,114 @@ pub fn knee(params: &ModelParams, input_len: u32, output_len: u32, slo: Slo) -> 
     }
     lo
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::parse_args;
+
+    fn params(flags: &str) -> ModelParams {
+        let v: Vec<String> = flags.split_whitespace().map(String::from).collect();
+        ModelParams::from_args(&parse_args(&v).unwrap()).unwrap()
+    }
+
+    const A: &str = "--moe-runner-backend triton";
+    const B: &str = "--moe-runner-backend flashinfer_cutlass --max-running-requests 512 \
+                     --crash-above-batch 384 --crash-backend flashinfer_cutlass";
+
+    fn tput(flags: &str, c: u32) -> LevelPrediction {
+        closed_loop(&params(flags), c, 256, 128, default_requests(c))
+    }
+
+    #[test]
+    fn quickstart_story_emerges() {
+        for c in [1, 8] {
+            let (a, b) = (tput(A, c), tput(B, c));
+            let r = b.output_tokens_per_s / a.output_tokens_per_s;
+            assert!((0.88..0.96).contains(&r), "c={c}: B/A {r:.3}");
+        }
+        for c in [128, 256] {
+            let (a, b) = (tput(A, c), tput(B, c));
+            let r = b.output_tokens_per_s / a.output_tokens_per_s;
+            assert!(r > 1.15, "c={c}: B/A {r:.3}");
+        }
+        assert!(!tput(A, 512).crashed);
+        assert!(tput(B, 512).crashed);
+    }
+
+    #[test]
+    fn throughput_grows_with_batch_up_to_the_cap() {
+        let p = params("--max-running-requests 64");
+        let t: Vec<f64> = [1, 8, 32, 64, 128, 256]
+            .iter()
+            .map(|&c| steady_state_throughput(&p, c, 256, 128))
+            .collect();
+        assert!(t.windows(2).take(3).all(|w| w[1] > w[0] * 1.2), "{t:?}");
+        // Above the cap, requests queue: no more throughput, and TTFT grows instead.
+        assert!((t[5] / t[3] - 1.0).abs() < 0.03, "{t:?}");
+        let q = closed_loop(&p, 256, 256, 128, 512);
+        let u = closed_loop(&p, 64, 256, 128, 512);
+        assert!(q.ttft_ms_p50 > 4.0 * u.ttft_ms_p50);
+    }
+
+    #[test]
+    fn time_scale_and_slowdown_scale_predictions() {
+        let base = steady_state_throughput(&params(""), 32, 128, 64);
+        let fast = steady_state_throughput(&params("--time-scale 0.1"), 32, 128, 64);
+        let slow = steady_state_throughput(&params("--slowdown 1.1"), 32, 128, 64);
+        assert!((fast / base - 10.0).abs() < 1e-6);
+        assert!((base / slow - 1.1).abs() < 1e-6);
+    }
+
+    /// A search space of 3 flags has one clear best under an ITL budget.
+    #[test]
+    fn search_space_has_single_clear_best() {
+        let slo = Slo {
+            ttft_p99_ms: Some(2000.0),
+            itl_p99_ms: Some(30.0),
+            e2e_p99_ms: None,
+        };
+        let mut results = Vec::new();
+        for backend in ["triton", "flashinfer_cutlass", "deep_gemm", "cutlass"] {
+            for graph in ["", "--disable-cuda-graph"] {
+                for mrr in [64, 128, 256] {
+                    let flags = format!(
+                        "--moe-runner-backend {backend} {graph} --max-running-requests {mrr}"
+                    );
+                    let pr = closed_loop(&params(&flags), 256, 256, 128, 1024);
+                    let score = if pr.meets(&slo) {
+                        pr.output_tokens_per_s
+                    } else {
+                        0.0
+                    };
+                    results.push((score, flags));
+                }
+            }
+        }
+        results.sort_by(|a, b| b.0.total_cmp(&a.0));
+        for r in &results {
+            println!("{:10.1} {}", r.0, r.1);
+        }
+        let (best, second) = (&results[0], &results[1]);
+        assert!(best.0 > 0.0);
+        assert!(best.0 > second.0 * 1.03, "best {best:?} second {second:?}");
+    }
+
+    #[test]
+    fn knee_is_the_last_level_meeting_the_slo() {
+        let p = params("--moe-runner-backend triton");
+        let slo = Slo {
+            ttft_p99_ms: None,
+            itl_p99_ms: Some(20.0),
+            e2e_p99_ms: None,
+        };
+        let k = knee(&p, 256, 128, slo);
+        assert!(k > 8 && k < 512, "knee {k}");
+        let at = |c| closed_loop(&p, c, 256, 128, default_requests(c));
+        assert!(at(k).meets(&slo));
+        assert!(!at(k + 1).meets(&slo));
+        // A crash caps the knee.
+        let c = params("--moe-runner-backend triton --crash-above-batch 16");
+        assert!(knee(&c, 256, 128, slo) <= 16);
+    }
+}
