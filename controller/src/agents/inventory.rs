@@ -271,10 +271,10 @@ impl Inventory {
                     h.error = format!("GetHost: no answer within {timeout:?}");
                 }
             }
-            was != h.reachable
+            (was != h.reachable).then_some(h.reachable)
         };
-        if changed {
-            tracing::info!(host = name, reachable = !changed, "agent health changed");
+        if let Some(reachable) = changed {
+            tracing::info!(host = name, reachable, "agent health changed");
             self.bump();
         }
     }
