@@ -91,7 +91,7 @@ impl StreamCore {
                 self.renderer.full_response(self.n, self.finish).freeze(),
             ));
         }
-        if self.sent >= available && !(self.sent == self.n) {
+        if self.sent >= available && self.sent != self.n {
             return Poll::Pending;
         }
         let hint = self.renderer.event_size_hint();

@@ -378,10 +378,10 @@ async fn generate(
     if let Some(limit) = state.args.faults.hang_after_requests
         && req_no > limit
     {
-        if !state.hung.swap(true, Relaxed) {
-            if let Some(e) = &state.engine {
-                e.hung.store(true, Relaxed);
-            }
+        if !state.hung.swap(true, Relaxed)
+            && let Some(e) = &state.engine
+        {
+            e.hung.store(true, Relaxed);
         }
         std::future::pending::<()>().await;
     }

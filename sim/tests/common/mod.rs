@@ -248,10 +248,7 @@ fn parse_response(raw: &[u8]) -> (u16, String) {
         return (status, String::from_utf8_lossy(body).to_string());
     }
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = find(body, b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = find(body, b"\r\n") {
         let size = usize::from_str_radix(std::str::from_utf8(&body[..eol]).unwrap().trim(), 16)
             .expect("chunk size");
         if size == 0 {
