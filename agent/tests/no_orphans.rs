@@ -59,12 +59,18 @@ async fn stop_and_shutdown_leave_no_process_behind() {
     let mut c = agent.client().await.unwrap();
 
     // StopEngine.
-    let ev = apply(&mut c, spec("fake", "", 0, &[]), Duration::from_secs(60)).await.unwrap();
+    let ev = apply(&mut c, spec("fake", "", 0, &[]), Duration::from_secs(60))
+        .await
+        .unwrap();
     assert!(ready(&ev).is_some(), "{ev:?}\n{}", agent.log_text());
     let pids = read_pids(work.path());
     assert_eq!(pids.len(), 3);
     assert!(pids.iter().all(|p| alive(*p)));
-    let st = c.stop_engine(agentpb::StopEngineRequest {}).await.unwrap().into_inner();
+    let st = c
+        .stop_engine(agentpb::StopEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(st.state, agentpb::EngineState::Idle as i32);
     for p in &pids {
         assert!(!alive(*p), "pid {p} survived StopEngine");
@@ -73,10 +79,15 @@ async fn stop_and_shutdown_leave_no_process_behind() {
 
     // Agent shutdown (SIGTERM) stops the engine too.
     std::fs::remove_file(work.path().join("pids")).unwrap();
-    let ev = apply(&mut c, spec("fake", "", 0, &[]), Duration::from_secs(60)).await.unwrap();
+    let ev = apply(&mut c, spec("fake", "", 0, &[]), Duration::from_secs(60))
+        .await
+        .unwrap();
     assert!(ready(&ev).is_some(), "{ev:?}");
     let pids = read_pids(work.path());
-    assert!(agent.terminate(Duration::from_secs(30)), "agent did not exit on SIGTERM");
+    assert!(
+        agent.terminate(Duration::from_secs(30)),
+        "agent did not exit on SIGTERM"
+    );
     for p in &pids {
         assert!(!alive(*p), "pid {p} survived the agent's shutdown");
     }
@@ -87,7 +98,9 @@ async fn an_engine_that_dies_is_classified_and_its_workers_are_stopped() {
     let work = tempfile::tempdir().unwrap();
     let agent = Agent::start(&profile(work.path())).unwrap();
     let mut c = agent.client().await.unwrap();
-    let ev = apply(&mut c, spec("fake", "", 0, &[]), Duration::from_secs(60)).await.unwrap();
+    let ev = apply(&mut c, spec("fake", "", 0, &[]), Duration::from_secs(60))
+        .await
+        .unwrap();
     let r = ready(&ev).expect("ready").clone();
     let pids = read_pids(work.path());
     // Let a health check record the tree, then make the main process exit.
@@ -99,20 +112,38 @@ async fn an_engine_that_dies_is_classified_and_its_workers_are_stopped() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut failed = false;
     while !failed && std::time::Instant::now() < deadline {
-        let st = c.get_engine(agentpb::GetEngineRequest {}).await.unwrap().into_inner();
+        let st = c
+            .get_engine(agentpb::GetEngineRequest {})
+            .await
+            .unwrap()
+            .into_inner();
         failed = st.state == agentpb::EngineState::Failed as i32;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(failed, "engine death not reported\n{}", agent.log_text());
-    let st = c.get_engine(agentpb::GetEngineRequest {}).await.unwrap().into_inner();
+    let st = c
+        .get_engine(agentpb::GetEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     let crash = st.last_crash.expect("crash recorded");
-    assert_eq!(crash.class, agentpb::CrashClass::ExitCode as i32, "{crash:?}");
+    assert_eq!(
+        crash.class,
+        agentpb::CrashClass::ExitCode as i32,
+        "{crash:?}"
+    );
     assert_eq!(crash.exit_code, Some(3));
-    assert!(crash.log_tail.iter().any(|l| l.contains("exiting on request")), "{:?}", crash.log_tail);
+    assert!(
+        crash
+            .log_tail
+            .iter()
+            .any(|l| l.contains("exiting on request")),
+        "{:?}",
+        crash.log_tail
+    );
     assert!(
         eventually(Duration::from_secs(10), || pids.iter().all(|p| !alive(*p))).await,
         "workers of the dead engine survived: {:?}",
         pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
     );
 }
-

@@ -16,14 +16,32 @@ async fn apply_restart_benchmark_metrics_stop() {
     let port = fleetbench_testkit::free_port();
 
     // First flag set.
-    let ev = apply(&mut c, spec("sim", "sim-model", port, &[("--max-running-requests", Some("8"))]), Duration::from_secs(60))
-        .await
-        .unwrap();
+    let ev = apply(
+        &mut c,
+        spec(
+            "sim",
+            "sim-model",
+            port,
+            &[("--max-running-requests", Some("8"))],
+        ),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let first = spawned(&ev).expect("spawned event").clone();
     let r = ready(&ev).unwrap_or_else(|| panic!("not ready: {ev:?}\n{}", agent.log_text()));
     assert_eq!(r.base_url, format!("http://127.0.0.1:{port}"));
-    assert!(first.argv.iter().any(|a| a == "--max-running-requests") && first.argv.iter().any(|a| a == "8"), "{:?}", first.argv);
-    let status = c.get_engine(agentpb::GetEngineRequest {}).await.unwrap().into_inner();
+    assert!(
+        first.argv.iter().any(|a| a == "--max-running-requests")
+            && first.argv.iter().any(|a| a == "8"),
+        "{:?}",
+        first.argv
+    );
+    let status = c
+        .get_engine(agentpb::GetEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(status.state, agentpb::EngineState::Ready as i32);
     assert_eq!(status.pid, first.pid);
     assert_eq!(status.config_id, first.config_id);
@@ -31,23 +49,55 @@ async fn apply_restart_benchmark_metrics_stop() {
     // Second flag set: the first engine is stopped and its whole group is gone.
     let ev = apply(
         &mut c,
-        spec("sim", "sim-model", port, &[("--max-running-requests", Some("16")), ("--disable-cuda-graph", None)]),
+        spec(
+            "sim",
+            "sim-model",
+            port,
+            &[
+                ("--max-running-requests", Some("16")),
+                ("--disable-cuda-graph", None),
+            ],
+        ),
         Duration::from_secs(60),
     )
     .await
     .unwrap();
-    assert!(ev.iter().any(|e| matches!(e, Event::Stopping(s) if s.pid == first.pid)), "{ev:?}");
-    assert!(ev.iter().any(|e| matches!(e, Event::Stopped(s) if s.pid == first.pid)), "{ev:?}");
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Stopping(s) if s.pid == first.pid)),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Stopped(s) if s.pid == first.pid)),
+        "{ev:?}"
+    );
     let second = spawned(&ev).expect("spawned again").clone();
     assert_ne!(second.pid, first.pid);
     assert_ne!(second.config_id, first.config_id);
     assert!(ready(&ev).is_some(), "{ev:?}");
-    assert!(group_members(first.pid as i32).is_empty(), "first engine's group still has processes");
+    assert!(
+        group_members(first.pid as i32).is_empty(),
+        "first engine's group still has processes"
+    );
     assert!(!alive(first.pid as i32));
     // The log parser saw the new limit in the sim's SGLang-style start-up lines.
-    let status = c.get_engine(agentpb::GetEngineRequest {}).await.unwrap().into_inner();
-    let facts: Vec<(String, String)> = status.facts.iter().map(|f| (f.key.clone(), f.value.clone())).collect();
-    assert!(facts.iter().any(|(k, v)| k == "max_running_requests" && v == "16"), "{facts:?}");
+    let status = c
+        .get_engine(agentpb::GetEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let facts: Vec<(String, String)> = status
+        .facts
+        .iter()
+        .map(|f| (f.key.clone(), f.value.clone()))
+        .collect();
+    assert!(
+        facts
+            .iter()
+            .any(|(k, v)| k == "max_running_requests" && v == "16"),
+        "{facts:?}"
+    );
 
     // Benchmark: two levels stream back, one at a time, with progress.
     let req = agentpb::RunBenchmarkRequest {
@@ -60,7 +110,9 @@ async fn apply_restart_benchmark_metrics_stop() {
         run_id: "bench-1".into(),
         skip_levels: vec![],
     };
-    let (_progress, levels) = bench(&mut c, req.clone(), Duration::from_secs(120)).await.unwrap();
+    let (_progress, levels) = bench(&mut c, req.clone(), Duration::from_secs(120))
+        .await
+        .unwrap();
     assert_eq!(levels.len(), 2, "{levels:?}");
     for (i, l) in levels.iter().enumerate() {
         assert_eq!(l.level_index, i as u32);
@@ -72,20 +124,42 @@ async fn apply_restart_benchmark_metrics_stop() {
         assert!(l.finished_unix_ms >= l.started_unix_ms);
     }
     // skip_levels: only level 1 runs.
-    let (_, levels) = bench(&mut c, agentpb::RunBenchmarkRequest { skip_levels: vec![0], ..req }, Duration::from_secs(120))
-        .await
-        .unwrap();
-    assert_eq!(levels.iter().map(|l| l.level_index).collect::<Vec<_>>(), vec![1]);
+    let (_, levels) = bench(
+        &mut c,
+        agentpb::RunBenchmarkRequest {
+            skip_levels: vec![0],
+            ..req
+        },
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        levels.iter().map(|l| l.level_index).collect::<Vec<_>>(),
+        vec![1]
+    );
 
     // Metrics: engine series (mapped and raw), the engine group's CPU and memory.
     let mut ms = c
-        .stream_metrics(agentpb::StreamMetricsRequest { interval_ms: 200, gpu: true, engine: true, process: true, engine_raw: true })
+        .stream_metrics(agentpb::StreamMetricsRequest {
+            interval_ms: 200,
+            gpu: true,
+            engine: true,
+            process: true,
+            engine_raw: true,
+        })
         .await
         .unwrap()
         .into_inner();
     let mut samples = Vec::new();
     while samples.len() < 3 {
-        samples.push(tokio::time::timeout(Duration::from_secs(10), ms.next()).await.unwrap().unwrap().unwrap());
+        samples.push(
+            tokio::time::timeout(Duration::from_secs(10), ms.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap(),
+        );
     }
     drop(ms);
     let last = samples.last().unwrap();
@@ -93,36 +167,66 @@ async fn apply_restart_benchmark_metrics_stop() {
     let engine = last.engine.as_ref().unwrap();
     assert!(engine.scraped, "{engine:?}");
     assert!(engine.running_requests.is_some(), "{engine:?}");
-    assert!(engine.raw.iter().any(|s| s.name.starts_with("sglang:")), "{:?}", engine.raw.iter().map(|s| &s.name).collect::<Vec<_>>());
+    assert!(
+        engine.raw.iter().any(|s| s.name.starts_with("sglang:")),
+        "{:?}",
+        engine.raw.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
     let process = last.process.as_ref().unwrap();
-    assert!(process.process_count >= 1 && process.rss_bytes > 0, "{process:?}");
+    assert!(
+        process.process_count >= 1 && process.rss_bytes > 0,
+        "{process:?}"
+    );
     // No NVML here: no GPU samples, and GetHost says why.
     assert!(last.gpus.is_empty());
-    let host = c.get_host(agentpb::GetHostRequest {}).await.unwrap().into_inner();
+    let host = c
+        .get_host(agentpb::GetHostRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!host.gpu_unavailable_reason.is_empty());
     assert!(host.cpu_count > 0 && host.memory_total_bytes > 0);
-    assert!(host.profiles.iter().any(|p| p.name == "sim" && p.flags.iter().any(|f| f.name == "--max-running-requests")));
+    assert!(
+        host.profiles
+            .iter()
+            .any(|p| p.name == "sim" && p.flags.iter().any(|f| f.name == "--max-running-requests"))
+    );
 
     // A metrics interval below 100 ms is refused by name.
     let err = c
-        .stream_metrics(agentpb::StreamMetricsRequest { interval_ms: 10, ..Default::default() })
+        .stream_metrics(agentpb::StreamMetricsRequest {
+            interval_ms: 10,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("interval_ms"));
 
     // Logs: the ring's tail.
-    let mut logs = c.stream_logs(agentpb::StreamLogsRequest { tail: 20, follow: false }).await.unwrap().into_inner();
+    let mut logs = c
+        .stream_logs(agentpb::StreamLogsRequest {
+            tail: 20,
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut lines = Vec::new();
     while let Some(l) = logs.next().await {
         lines.push(l.unwrap());
     }
     assert!(!lines.is_empty() && lines.len() <= 20);
-    assert!(lines.iter().all(|l| l.run_id == second.run_id));
+    // The ring spans runs: the newest lines are the second run's.
+    assert_eq!(lines.last().unwrap().run_id, second.run_id);
     assert!(std::path::Path::new(&second.log_path).is_file());
 
     // Stop: the group is gone and the state is idle.
-    let st = c.stop_engine(agentpb::StopEngineRequest {}).await.unwrap().into_inner();
+    let st = c
+        .stop_engine(agentpb::StopEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(st.state, agentpb::EngineState::Idle as i32);
     assert!(group_members(second.pid as i32).is_empty());
     // Benchmarks need a ready engine.
@@ -142,9 +246,18 @@ async fn crash_above_batch_size_ends_the_level_crashed_with_the_traceback() {
     let agent = Agent::start("").expect("agent starts");
     let mut c = agent.client().await.unwrap();
     let port = fleetbench_testkit::free_port();
-    let ev = apply(&mut c, spec("sim", "sim-model", port, &[("--crash-above-batch", Some("4"))]), Duration::from_secs(60))
-        .await
-        .unwrap();
+    let ev = apply(
+        &mut c,
+        spec(
+            "sim",
+            "sim-model",
+            port,
+            &[("--crash-above-batch", Some("4"))],
+        ),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let pid = spawned(&ev).unwrap().pid;
     assert!(ready(&ev).is_some(), "{ev:?}");
 
@@ -161,18 +274,42 @@ async fn crash_above_batch_size_ends_the_level_crashed_with_the_traceback() {
     // The stream ends after the crashed level instead of hanging.
     let (_, levels) = bench(&mut c, req, Duration::from_secs(120)).await.unwrap();
     assert_eq!(levels.len(), 2, "{levels:?}");
-    assert_eq!(levels[0].outcome, agentpb::LevelOutcome::Ok as i32, "{:?}", levels[0]);
+    assert_eq!(
+        levels[0].outcome,
+        agentpb::LevelOutcome::Ok as i32,
+        "{:?}",
+        levels[0]
+    );
     let crashed = &levels[1];
-    assert_eq!(crashed.outcome, agentpb::LevelOutcome::Crashed as i32, "{crashed:?}");
+    assert_eq!(
+        crashed.outcome,
+        agentpb::LevelOutcome::Crashed as i32,
+        "{crashed:?}"
+    );
     let crash = crashed.crash.as_ref().expect("crash attached");
-    assert_eq!(crash.class, agentpb::CrashClass::PythonException as i32, "{crash:?}");
+    assert_eq!(
+        crash.class,
+        agentpb::CrashClass::PythonException as i32,
+        "{crash:?}"
+    );
     assert_eq!(crash.exception_type, "AttributeError", "{crash:?}");
     assert!(!crash.frames.is_empty(), "{crash:?}");
-    assert!(crash.log_tail.iter().any(|l| l.contains("Traceback")), "{:?}", crash.log_tail);
+    assert!(
+        crash.log_tail.iter().any(|l| l.contains("Traceback")),
+        "{:?}",
+        crash.log_tail
+    );
     assert_eq!(crash.exit_code, Some(1));
 
-    let st = c.get_engine(agentpb::GetEngineRequest {}).await.unwrap().into_inner();
+    let st = c
+        .get_engine(agentpb::GetEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(st.state, agentpb::EngineState::Failed as i32);
-    assert_eq!(st.last_crash.as_ref().unwrap().exception_type, "AttributeError");
+    assert_eq!(
+        st.last_crash.as_ref().unwrap().exception_type,
+        "AttributeError"
+    );
     assert!(group_members(pid as i32).is_empty());
 }

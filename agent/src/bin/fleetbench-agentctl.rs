@@ -50,14 +50,20 @@ async fn connect(c: &Connection) -> Result<AgentClient<Channel>> {
     match url.scheme_str() {
         Some("https") => {
             let (Some(ca), Some(cert), Some(key)) = (&c.ca, &c.cert, &c.key) else {
-                bail!("--agent {} is https: --ca, --cert and --key are required", c.agent);
+                bail!(
+                    "--agent {} is https: --ca, --cert and --key are required",
+                    c.agent
+                );
             };
             let domain = c.domain.clone().unwrap_or(host);
             let tls = fleetbench_support::tls::client_tls(ca, cert, key, &domain)?;
             endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
         }
         Some("http") => {}
-        other => bail!("--agent {}: scheme must be https or http, not {other:?}", c.agent),
+        other => bail!(
+            "--agent {}: scheme must be https or http, not {other:?}",
+            c.agent
+        ),
     }
     let channel = endpoint
         .connect()
@@ -71,7 +77,10 @@ async fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let ok = std::process::ExitCode::SUCCESS;
     match cli.command {
         Command::Host { json } => {
-            let h = client.get_host(agentpb::GetHostRequest {}).await?.into_inner();
+            let h = client
+                .get_host(agentpb::GetHostRequest {})
+                .await?
+                .into_inner();
             print::host(&h, json);
         }
         Command::Apply(a) => {

@@ -56,10 +56,19 @@ impl Agent {
             Ok(a) => a.parse()?,
             Err(_) => {
                 let _ = child.kill();
-                bail!("agent did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+                bail!(
+                    "agent did not start: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
             }
         };
-        Ok(Agent { child, addr, dir, certs, log })
+        Ok(Agent {
+            child,
+            addr,
+            dir,
+            certs,
+            log,
+        })
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -67,7 +76,12 @@ impl Agent {
     }
 
     pub async fn client(&self) -> Result<AgentClient<Channel>> {
-        let tls = client_tls(&self.certs.ca_cert, &self.certs.controller_cert, &self.certs.controller_key, "localhost")?;
+        let tls = client_tls(
+            &self.certs.ca_cert,
+            &self.certs.controller_cert,
+            &self.certs.controller_key,
+            "localhost",
+        )?;
         let channel = Endpoint::from_shared(format!("https://{}", self.addr))?
             .tls_config(tls)?
             .connect_timeout(Duration::from_secs(5))
@@ -78,7 +92,10 @@ impl Agent {
 
     /// SIGTERM and wait for a clean exit; returns whether it exited within the limit.
     pub fn terminate(&mut self, within: Duration) -> bool {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -103,20 +120,38 @@ impl Drop for Agent {
     }
 }
 
-pub fn spec(profile: &str, model: &str, port: u16, flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
+pub fn spec(
+    profile: &str,
+    model: &str,
+    port: u16,
+    flags: &[(&str, Option<&str>)],
+) -> agentpb::EngineSpec {
     agentpb::EngineSpec {
         profile: profile.into(),
         model: model.into(),
-        flags: flags.iter().map(|(n, v)| agentpb::Flag { name: n.to_string(), value: v.map(String::from) }).collect(),
+        flags: flags
+            .iter()
+            .map(|(n, v)| agentpb::Flag {
+                name: n.to_string(),
+                value: v.map(String::from),
+            })
+            .collect(),
         env: Default::default(),
         port: u32::from(port),
     }
 }
 
 /// Applies `spec` and collects its lifecycle events until the stream ends.
-pub async fn apply(client: &mut AgentClient<Channel>, spec: agentpb::EngineSpec, within: Duration) -> Result<Vec<Event>> {
+pub async fn apply(
+    client: &mut AgentClient<Channel>,
+    spec: agentpb::EngineSpec,
+    within: Duration,
+) -> Result<Vec<Event>> {
     let mut stream = client
-        .apply_engine(agentpb::ApplyEngineRequest { spec: Some(spec), run_id: String::new() })
+        .apply_engine(agentpb::ApplyEngineRequest {
+            spec: Some(spec),
+            run_id: String::new(),
+        })
         .await?
         .into_inner();
     let mut events = Vec::new();
@@ -126,7 +161,9 @@ pub async fn apply(client: &mut AgentClient<Channel>, spec: agentpb::EngineSpec,
         }
         anyhow::Ok(())
     };
-    tokio::time::timeout(within, collect).await.context("apply stream did not end")??;
+    tokio::time::timeout(within, collect)
+        .await
+        .context("apply stream did not end")??;
     Ok(events)
 }
 
@@ -148,9 +185,15 @@ pub fn spawned(events: &[Event]) -> Option<&agentpb::Spawned> {
 pub fn processes() -> Vec<(i32, i32, i32, char)> {
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some(close) = stat.rfind(')') else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
         let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         if f.len() < 3 {
             continue;
@@ -165,13 +208,20 @@ pub fn processes() -> Vec<(i32, i32, i32, char)> {
 
 /// Live (non-zombie) processes in process group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
-    processes().into_iter().filter(|p| p.1 == pgid && p.3 != 'Z').map(|p| p.0).collect()
+    processes()
+        .into_iter()
+        .filter(|p| p.1 == pgid && p.3 != 'Z')
+        .map(|p| p.0)
+        .collect()
 }
 
 pub fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rfind(')').map(|c| s[c + 1..].trim_start().chars().next() != Some('Z')))
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|c| s[c + 1..].trim_start().chars().next() != Some('Z'))
+        })
         .unwrap_or(false)
 }
 
@@ -192,7 +242,11 @@ pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> boo
 pub fn random_workload(input: u32, output: u32) -> agentpb::Workload {
     agentpb::Workload {
         name: "random".into(),
-        dataset: Some(agentpb::workload::Dataset::Random(agentpb::RandomDataset { input_len: input, output_len: output, range_ratio: 0.0 })),
+        dataset: Some(agentpb::workload::Dataset::Random(agentpb::RandomDataset {
+            input_len: input,
+            output_len: output,
+            range_ratio: 0.0,
+        })),
         api: agentpb::ApiKind::Completions as i32,
         model: String::new(),
         ignore_eos: true,
@@ -201,7 +255,11 @@ pub fn random_workload(input: u32, output: u32) -> agentpb::Workload {
 }
 
 pub fn closed(c: u32) -> agentpb::LoadLevel {
-    agentpb::LoadLevel { concurrency: Some(c), request_rate: None, burstiness: 1.0 }
+    agentpb::LoadLevel {
+        concurrency: Some(c),
+        request_rate: None,
+        burstiness: 1.0,
+    }
 }
 
 /// Runs a benchmark and collects its events until the stream ends.
@@ -223,7 +281,9 @@ pub async fn bench(
         }
         anyhow::Ok(())
     };
-    tokio::time::timeout(within, collect).await.context("benchmark stream did not end")??;
+    tokio::time::timeout(within, collect)
+        .await
+        .context("benchmark stream did not end")??;
     Ok((progress, levels))
 }
 

@@ -24,7 +24,12 @@ pub struct Cli {
 pub struct Connection {
     /// The agent: https://host:port (mutual TLS), or http://127.0.0.1:port for an agent
     /// started with `insecure = true` on loopback.
-    #[arg(long, env = "FLEETBENCH_AGENT", global = true, default_value = "http://127.0.0.1:7443")]
+    #[arg(
+        long,
+        env = "FLEETBENCH_AGENT",
+        global = true,
+        default_value = "http://127.0.0.1:7443"
+    )]
     pub agent: String,
     /// CA certificate the agent's certificate must chain to (PEM).
     #[arg(long, env = "FLEETBENCH_CA", global = true)]
@@ -280,7 +285,10 @@ mod tests {
     #[test]
     fn flags_parse_as_name_and_optional_value() {
         let f = parse_flag("--tp-size=2").unwrap();
-        assert_eq!((f.name.as_str(), f.value.as_deref()), ("--tp-size", Some("2")));
+        assert_eq!(
+            (f.name.as_str(), f.value.as_deref()),
+            ("--tp-size", Some("2"))
+        );
         let f = parse_flag("--disable-cuda-graph").unwrap();
         assert_eq!(f.value, None);
         let f = parse_flag("--fault=hang-after-requests=5").unwrap();
@@ -322,6 +330,11 @@ mod tests {
         let Command::Bench(b) = cli.command else {
             panic!("not bench")
         };
-        assert!(b.request().unwrap_err().to_string().contains("--concurrency"));
+        assert!(
+            b.request()
+                .unwrap_err()
+                .to_string()
+                .contains("--concurrency")
+        );
     }
 }

@@ -5,7 +5,9 @@ use fleetbench_proto::agentpb::{self, benchmark_event, engine_event};
 use serde_json::{Map, Value, json};
 
 fn enum_name(full: &str, prefix: &str) -> String {
-    full.strip_prefix(prefix).unwrap_or(full).to_ascii_lowercase()
+    full.strip_prefix(prefix)
+        .unwrap_or(full)
+        .to_ascii_lowercase()
 }
 
 fn state_name(v: i32) -> String {
@@ -110,7 +112,11 @@ pub fn host(h: &agentpb::HostFacts, as_json: bool) {
             p.name,
             p.program,
             p.flags.len(),
-            if p.allows_any_model { ", any model" } else { "" }
+            if p.allows_any_model {
+                ", any model"
+            } else {
+                ""
+            }
         );
     }
 }
@@ -138,7 +144,9 @@ pub fn engine_event(ev: &agentpb::EngineEvent, as_json: bool) {
     let Some(event) = &ev.event else { return };
     if as_json {
         let (kind, body) = match event {
-            engine_event::Event::Stopping(s) => ("stopping", json!({"pid": s.pid, "reason": s.reason})),
+            engine_event::Event::Stopping(s) => {
+                ("stopping", json!({"pid": s.pid, "reason": s.reason}))
+            }
             engine_event::Event::Stopped(s) => (
                 "stopped",
                 json!({"pid": s.pid, "took_s": s.took_s, "killed": s.killed}),
@@ -160,7 +168,10 @@ pub fn engine_event(ev: &agentpb::EngineEvent, as_json: bool) {
             ),
             engine_event::Event::Failed(c) => ("failed", crash_json(c)),
         };
-        println!("{}", json!({"unix_ms": ev.unix_ms, "event": kind, "data": body}));
+        println!(
+            "{}",
+            json!({"unix_ms": ev.unix_ms, "event": kind, "data": body})
+        );
         return;
     }
     match event {
@@ -371,7 +382,16 @@ fn p(d: &Option<agentpb::Distribution>, key: &str) -> String {
 pub fn level_header() {
     println!(
         "{:>5} {:>8} {:>7} {:>6} {:>10} {:>8} {:>9} {:>9} {:>8} {:>8}",
-        "level", "outcome", "conc", "done", "out tok/s", "req/s", "ttft p50", "ttft p99", "itl p50", "itl p99"
+        "level",
+        "outcome",
+        "conc",
+        "done",
+        "out tok/s",
+        "req/s",
+        "ttft p50",
+        "ttft p99",
+        "itl p50",
+        "itl p99"
     );
 }
 
