@@ -321,7 +321,7 @@ impl Cuda {
     }
 
     /// One timed run of `copies` copies each way at once (`src` → `dst` on `src`'s stream,
-    /// `dst` → `src` on `dst`'s); seconds from the first start to the last end.
+    /// `dst` → `src` on `dst`'s); seconds from the common start to the later end.
     pub fn time_bidi(
         &mut self,
         src: usize,
@@ -346,14 +346,16 @@ impl Cuda {
                     sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
                 )
                 .map_err(cuda_err("cuStreamWaitEvent"))?;
+                // Interleaved as the CUDA sample does, so that a driver whose staged copies
+                // block the host still overlaps the two directions.
                 for _ in 0..copies {
+                    self.bind(src)?;
+                    self.copy(src, dst, bytes, s0)?;
+                    self.bind(dst)?;
                     self.copy(dst, src, bytes, s1)?;
                 }
                 result::event::record(mid, s1).map_err(cuda_err("cuEventRecord"))?;
                 self.bind(src)?;
-                for _ in 0..copies {
-                    self.copy(src, dst, bytes, s0)?;
-                }
                 result::stream::wait_event(s0, mid, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
                     .map_err(cuda_err("cuStreamWaitEvent"))?;
                 result::event::record(stop, s0).map_err(cuda_err("cuEventRecord"))
