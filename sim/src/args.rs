@@ -152,6 +152,8 @@ pub struct SimArgs {
     pub max_total_tokens: Option<u32>,
     /// `--stream-response-default-include-usage`: usage chunk even without `stream_options`.
     pub default_include_usage: bool,
+    /// `--stream-interval`: tokens per SSE event (SGLang's default 1).
+    pub stream_interval: u32,
     /// SGLang flags accepted for compatibility that the model ignores, as given.
     pub accepted: Vec<(String, String)>,
 }
@@ -192,6 +194,7 @@ impl Default for SimArgs {
             kv_cache_dtype: "auto".into(),
             max_total_tokens: None,
             default_include_usage: false,
+            stream_interval: 1,
             accepted: Vec::new(),
         }
     }
@@ -373,6 +376,7 @@ const FLAGS: &[Flag] = &[
     v("--max-total-tokens"),
     sw("--stream-response-default-include-usage"),
     v("--cuda-graph-max-bs-decode"),
+    v("--stream-interval"),
     v("--cuda-graph-backend-decode"),
     // Accepted as SGLang accepts them; the model does not depend on them.
     acc("--dp-size", Accepted::Int),
@@ -439,7 +443,6 @@ const FLAGS: &[Flag] = &[
     ),
     acc("--schedule-conservativeness", Accepted::Float),
     acc("--page-size", Accepted::Int),
-    acc("--stream-interval", Accepted::Int),
     acc("--num-continuous-decode-steps", Accepted::Int),
     acc("--enable-torch-compile", Accepted::Switch),
     acc("--torch-compile-max-bs", Accepted::Int),
@@ -712,6 +715,7 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             }
             "--max-total-tokens" => out.max_total_tokens = Some(positive_int(f, v)?),
             "--stream-response-default-include-usage" => out.default_include_usage = true,
+            "--stream-interval" => out.stream_interval = positive_int(f, v)?,
             "--cuda-graph-max-bs-decode" => out.cuda_graph_max_bs = Some(positive_int(f, v)?),
             "--cuda-graph-backend-decode" => {
                 choice(f, v, GRAPH_BACKENDS)?;

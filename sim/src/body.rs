@@ -33,6 +33,8 @@ pub struct StreamCore {
     pub finish: &'static str,
     pub stream: bool,
     pub coalesced: bool,
+    /// Tokens per SSE event (`--stream-interval`).
+    pub interval: u32,
     sent: u32,
     must_yield: bool,
     tail_sent: bool,
@@ -50,7 +52,9 @@ impl StreamCore {
         stream: bool,
     ) -> Self {
         let coalesced = state.coalesced;
+        let interval = state.args.stream_interval.max(1);
         StreamCore {
+            interval,
             state,
             renderer,
             arrival,
@@ -91,28 +95,33 @@ impl StreamCore {
                 self.renderer.full_response(self.n, self.finish).freeze(),
             ));
         }
-        if self.sent >= available && self.sent != self.n {
+        if self.sent != self.n && available < self.next_event_end() {
             return Poll::Pending;
         }
         let hint = self.renderer.event_size_hint();
         let now = Instant::now();
         let mut buf;
-        if self.sent < available {
+        if self.sent < self.n {
             self.note_first(now);
             if self.coalesced {
                 let k = (available - self.sent) as usize;
                 buf = BytesMut::with_capacity((k * hint).min(MAX_WRITE) + 2 * hint);
-                while self.sent < available && buf.len() < MAX_WRITE {
-                    self.renderer.push_token(&mut buf, self.sent);
-                    self.sent += 1;
+                while self.sent < self.n
+                    && self.next_event_end() <= available
+                    && buf.len() < MAX_WRITE
+                {
+                    let end = self.next_event_end();
+                    self.renderer.push_tokens(&mut buf, self.sent, end);
+                    self.sent = end;
                 }
                 if self.sent == self.n {
                     self.push_tail(&mut buf);
                 }
             } else {
                 buf = BytesMut::with_capacity(hint);
-                self.renderer.push_token(&mut buf, self.sent);
-                self.sent += 1;
+                let end = self.next_event_end();
+                self.renderer.push_tokens(&mut buf, self.sent, end);
+                self.sent = end;
                 self.must_yield = true;
             }
         } else {
@@ -121,6 +130,11 @@ impl StreamCore {
             self.push_tail(&mut buf);
         }
         Poll::Ready(Some(buf.freeze()))
+    }
+
+    /// The token count after the next event (the whole interval, or what is left).
+    fn next_event_end(&self) -> u32 {
+        (self.sent + self.interval).min(self.n)
     }
 
     fn push_tail(&mut self, buf: &mut BytesMut) {
@@ -180,7 +194,7 @@ impl FixedStream {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let n = self.core.n;
         let next = if self.core.stream {
-            self.core.sent.min(n - 1)
+            self.core.next_event_end().max(1) - 1
         } else {
             n - 1
         };

@@ -149,25 +149,27 @@ impl Renderer {
 
     /// Appends the SSE event of output token `k` (0-based).
     pub fn push_token(&self, buf: &mut BytesMut, k: u32) {
+        self.push_tokens(buf, k, k + 1);
+    }
+
+    /// Appends one SSE event carrying output tokens `from..to` (SGLang's `--stream-interval`).
+    pub fn push_tokens(&self, buf: &mut BytesMut, from: u32, to: u32) {
         buf.put_slice(&self.event_head);
-        let text = token_text(k, self.salt, self.nan);
         match self.api {
-            Api::Completions => {
-                buf.put_slice(b"\"text\":\"");
-                buf.put_slice(text.as_bytes());
-                buf.put_slice(b"\",\"logprobs\":null,\"finish_reason\":null}]");
+            Api::Completions => buf.put_slice(b"\"text\":\""),
+            Api::Chat if from == 0 => {
+                buf.put_slice(b"\"delta\":{\"role\":\"assistant\",\"content\":\"")
             }
-            Api::Chat => {
-                if k == 0 {
-                    buf.put_slice(b"\"delta\":{\"role\":\"assistant\",\"content\":\"");
-                } else {
-                    buf.put_slice(b"\"delta\":{\"content\":\"");
-                }
-                buf.put_slice(text.as_bytes());
-                buf.put_slice(b"\"},\"logprobs\":null,\"finish_reason\":null}]");
-            }
+            Api::Chat => buf.put_slice(b"\"delta\":{\"content\":\""),
         }
-        self.close_event(buf, k + 1);
+        for k in from..to {
+            buf.put_slice(token_text(k, self.salt, self.nan).as_bytes());
+        }
+        match self.api {
+            Api::Completions => buf.put_slice(b"\",\"logprobs\":null,\"finish_reason\":null}]"),
+            Api::Chat => buf.put_slice(b"\"},\"logprobs\":null,\"finish_reason\":null}]"),
+        }
+        self.close_event(buf, to);
     }
 
     fn close_event(&self, buf: &mut BytesMut, completion: u32) {
@@ -274,15 +276,19 @@ mod tests {
         let mut b = BytesMut::new();
         r.push_token(&mut b, 0);
         r.push_token(&mut b, 1);
-        r.push_tail(&mut b, 2, "length");
+        r.push_tokens(&mut b, 2, 5);
+        r.push_tail(&mut b, 5, "length");
         assert!(b.ends_with(b"data: [DONE]\n\n"));
         let ev = events(&b);
-        assert_eq!(ev.len(), 4);
+        assert_eq!(ev.len(), 5);
         assert_eq!(ev[0]["choices"][0]["delta"]["role"], "assistant");
         assert_eq!(ev[1]["usage"]["completion_tokens"], 2);
-        assert_eq!(ev[2]["choices"][0]["finish_reason"], "length");
-        assert_eq!(ev[3]["usage"]["total_tokens"], 7);
-        assert_eq!(ev[3]["model"], "m\"x");
+        let three = ev[2]["choices"][0]["delta"]["content"].as_str().unwrap();
+        assert_eq!(three.split_whitespace().count(), 3);
+        assert_eq!(ev[2]["usage"]["completion_tokens"], 5);
+        assert_eq!(ev[3]["choices"][0]["finish_reason"], "length");
+        assert_eq!(ev[4]["usage"]["total_tokens"], 10);
+        assert_eq!(ev[4]["model"], "m\"x");
     }
 
     #[test]

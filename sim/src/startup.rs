@@ -44,6 +44,7 @@ pub fn effective_args(args: &SimArgs, params: &ModelParams) -> Vec<(String, Valu
         ("disable_cuda_graph", json!(args.disable_cuda_graph)),
         ("cuda_graph_max_bs", json!(params.cuda_graph_max_bs)),
         ("kv_cache_dtype", json!(args.kv_cache_dtype)),
+        ("stream_interval", json!(args.stream_interval)),
         ("max_total_tokens", json!(args.max_total_tokens)),
         (
             "stream_response_default_include_usage",

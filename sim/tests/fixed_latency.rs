@@ -208,3 +208,29 @@ fn concurrent_streams_keep_their_latency() {
     assert!(ttft < 40.0, "median TTFT at 32 streams {ttft:.2} ms");
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn stream_interval_puts_several_tokens_in_one_event() {
+    let sim = Sim::ready(&["--ttft-ms", "5", "--itl-ms", "1", "--stream-interval", "4"]);
+    let body = r#"{"prompt":"a","max_tokens":10,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#;
+    let r = sim.stream("/v1/completions", body);
+    let toks = r.token_indices();
+    let words: Vec<usize> = toks
+        .iter()
+        .map(|&i| {
+            r.json(i)["choices"][0]["text"]
+                .as_str()
+                .unwrap()
+                .split_whitespace()
+                .count()
+        })
+        .collect();
+    assert_eq!(words, vec![4, 4, 2]);
+    let counts: Vec<u64> = toks
+        .iter()
+        .map(|&i| r.json(i)["usage"]["completion_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, vec![4, 8, 10]);
+    // The first event waits for its fourth token: 5 ms + 3 x 1 ms.
+    assert!(ms(r.times[toks[0]] - r.sent) >= 8.0 - 0.05);
+}

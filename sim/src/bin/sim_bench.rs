@@ -8,6 +8,10 @@
 //!   sweep (triton vs flashinfer_cutlass with a crash above batch 384) measured against the real
 //!   binary in model mode, next to the model's predictions.
 //!
+//! - `fleetbench-sim-bench noise [--repeats N] [--concurrency C] [--time-scale F]`: output
+//!   tokens/s of one config over N runs with different seeds, with and without `--slowdown 1.1`:
+//!   run-to-run spread against a 10% regression.
+//!
 //! The simulator binary is found next to this one.
 
 use std::os::unix::process::CommandExt as _;
@@ -209,8 +213,9 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("stream") => stream_main(&args, &rt),
         Some("story") => story_main(&args, &rt),
+        Some("noise") => noise_main(&args, &rt),
         _ => {
-            eprintln!("usage: fleetbench-sim-bench stream|story [options]");
+            eprintln!("usage: fleetbench-sim-bench stream|story|noise [options]");
             std::process::exit(2);
         }
     }
@@ -360,4 +365,40 @@ async fn closed_level(
     ttfts.sort_by(f64::total_cmp);
     let p50 = ttfts.get(ttfts.len() / 2).copied().unwrap_or(0.0);
     Ok((tokens.load(Relaxed) as f64 / dt, p50))
+}
+
+fn noise_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let repeats: u64 = flag(args, "--repeats", 5);
+    let conc: usize = flag(args, "--concurrency", 64);
+    let scale: f64 = flag(args, "--time-scale", 0.5);
+    let input: usize = flag(args, "--input-len", 256);
+    let output: u32 = flag(args, "--output-len", 128);
+    let n: usize = flag(args, "--requests", conc * 2);
+    let req = Arc::new(request(input, output));
+    println!(
+        "config: --moe-runner-backend triton, concurrency {conc}, {n} requests, input {input}, output {output}, --time-scale {scale}"
+    );
+    for slowdown in [1.0, 1.1] {
+        let mut v = Vec::new();
+        for seed in 1..=repeats {
+            let sim_args: Vec<String> = format!(
+                "--moe-runner-backend triton --time-scale {scale} --seed {seed} --slowdown {slowdown}"
+            )
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+            let server = start_sim(&sim_args, None)?;
+            let (tps, _) = rt.block_on(closed_level(server.port, conc, n, req.clone()))?;
+            v.push(tps);
+        }
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64)
+            .sqrt();
+        println!(
+            "slowdown {slowdown:.2}: mean {mean:.1} tok/s, sd {sd:.1} ({:.2}%), runs {:?}",
+            100.0 * sd / mean,
+            v.iter().map(|x| x.round()).collect::<Vec<_>>()
+        );
+    }
+    Ok(())
 }
