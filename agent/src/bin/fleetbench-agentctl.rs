@@ -27,7 +27,11 @@ async fn main() -> std::process::ExitCode {
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fleetbench-agentctl: {e:#}");
+            // A refusal by the agent reads as its code and message, not tonic's debug form.
+            match e.downcast_ref::<tonic::Status>() {
+                Some(s) => eprintln!("fleetbench-agentctl: {:?}: {}", s.code(), s.message()),
+                None => eprintln!("fleetbench-agentctl: {e:#}"),
+            }
             std::process::ExitCode::from(2)
         }
     }

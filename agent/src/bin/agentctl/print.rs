@@ -277,7 +277,7 @@ pub fn log_line(l: &agentpb::LogLine, as_json: bool) {
 
 pub fn metrics_sample(s: &agentpb::MetricsSample, as_json: bool, raw: bool) {
     let e = s.engine.clone().unwrap_or_default();
-    let p = s.process.clone().unwrap_or_default();
+    let p = s.process.unwrap_or_default();
     if as_json {
         let gpus: Vec<Value> = s
             .gpus
@@ -405,7 +405,8 @@ pub fn bench_event(ev: &agentpb::BenchmarkEvent, as_json: bool) {
                     json!({"unix_ms": ev.unix_ms, "event": "progress", "level_index": pr.level_index,
                            "completed": pr.completed, "failed": pr.failed, "total": pr.total, "elapsed_s": pr.elapsed_s})
                 );
-            } else {
+            } else if pr.elapsed_s.fract() < 0.2 || pr.completed == pr.total {
+                // The agent reports every 200 ms; about one line a second is enough to read.
                 eprintln!(
                     "  level {}: {}/{} done, {} failed, {:.1}s",
                     pr.level_index, pr.completed, pr.total, pr.failed, pr.elapsed_s
