@@ -66,8 +66,8 @@ pub async fn run(
         }
         let span = tracing::info_span!(
             "bench.level",
-            fleetbench.level.index = index,
-            fleetbench.concurrency = level.concurrency,
+            fleetbench.level.index = index as i64,
+            fleetbench.concurrency = level.concurrency.map(i64::from),
             fleetbench.request_rate = level.request_rate,
             fleetbench.run.id = %req.run_id,
             fleetbench.config.id = %config_id,
@@ -186,7 +186,7 @@ fn record(span: &tracing::Span, r: &agentpb::LevelResult) {
         r.output_tokens_per_s,
     );
     span.record("fleetbench.level.requests_per_s", r.requests_per_s);
-    span.record("fleetbench.level.errors", r.failed);
+    span.record("fleetbench.level.errors", r.failed as i64);
     span.record(
         "fleetbench.level.crashed",
         r.outcome == LevelOutcome::Crashed as i32,

@@ -272,8 +272,8 @@ impl Agent for AgentService {
         let gpus = self.gpus.clone();
         let span = tracing::info_span!(
             "p2p.probe",
-            fleetbench.p2p.buffer_bytes = opts.buffer_bytes,
-            fleetbench.p2p.repeats = opts.repeats
+            fleetbench.p2p.buffer_bytes = opts.buffer_bytes as i64,
+            fleetbench.p2p.repeats = i64::from(opts.repeats)
         );
         let result = tokio::task::spawn_blocking(move || span.in_scope(|| probe(&gpus, &opts)))
             .await

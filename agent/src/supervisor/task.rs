@@ -566,7 +566,7 @@ impl Task {
     /// process of the run holds GPU memory.
     async fn release(&mut self) -> Option<Stopped> {
         let mut e = self.engine.take()?;
-        let span = tracing::info_span!(parent: &e.span, "engine.stop", pid = e.pid, fleetbench.run.id = %e.run_id);
+        let span = tracing::info_span!(parent: &e.span, "engine.stop", pid = i64::from(e.pid), fleetbench.run.id = %e.run_id);
         let outcome = async {
             let out = stop_sequence(
                 &mut e.tracker,

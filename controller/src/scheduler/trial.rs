@@ -84,8 +84,8 @@ pub(crate) async fn run_trial(
         fleetbench.config.id = %trial.config_id,
         fleetbench.config.name = %trial.config_name,
         fleetbench.workload = %trial.workload,
-        fleetbench.repeat = trial.repeat,
-        fleetbench.attempt = trial.attempts,
+        fleetbench.repeat = i64::from(trial.repeat),
+        fleetbench.attempt = i64::from(trial.attempts),
         fleetbench.run.id = %run_id,
     );
     let run = Run {
@@ -403,7 +403,7 @@ impl Attempt<'_> {
             gen_ai.request.model = %c.model,
             fleetbench.host = %self.host,
             fleetbench.workload = %self.trial.workload,
-            fleetbench.level.index = index,
+            fleetbench.level.index = i64::from(index),
             fleetbench.concurrency = level.concurrency.map(|c| c as i64),
             fleetbench.request_rate = level.request_rate,
             fleetbench.level.output_tokens_per_s = tracing::field::Empty,
@@ -495,7 +495,7 @@ fn record_level(span: &tracing::Span, r: &LevelResult) {
     span.record("fleetbench.level.itl_p99_ms", pct(&r.itl_ms, "p99"));
     span.record("fleetbench.level.e2e_p50_ms", pct(&r.e2e_ms, "p50"));
     span.record("fleetbench.level.e2e_p99_ms", pct(&r.e2e_ms, "p99"));
-    span.record("fleetbench.level.errors", r.failed);
+    span.record("fleetbench.level.errors", r.failed as i64);
     let crashed = r.outcome == LevelOutcome::Crashed as i32;
     span.record("fleetbench.level.crashed", crashed);
     if let Some(c) = r.crash.as_ref().filter(|_| crashed) {
