@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod report;
 
 #[derive(Debug, Parser)]
 #[command(name = "fleetbench", version, about = "Tune and regression-test LLM inference servers across a GPU fleet")]

@@ -1,10 +1,33 @@
-//! `fleetbench diff` (being built; see the issue that owns it).
+//! `fleetbench diff RUN_A RUN_B`: the effective server args (argv, logged server args) and
+//! log facts of two engine runs side by side, only what differs.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use super::jobs::ControllerArgs;
+use super::report::Source;
+use super::run::DEFAULT_DATA_DIR;
+use crate::report::diff::{diff_runs, render_diff};
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetbench diff` is not built yet")
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Run id of the first engine run (see `fleetbench watch` or results.csv).
+    pub run_a: String,
+    /// Run id of the second engine run.
+    pub run_b: String,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    /// Data directory of the embedded controller, read when no controller is given.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut source = Source::open(&args.controller, &args.data_dir).await?;
+    let a = source.run(&args.run_a).await;
+    let b = source.run(&args.run_b).await;
+    source.close().await;
+    let (a, b) = (a?, b?);
+    print!("{}", render_diff(&a, &b, &diff_runs(&a, &b)));
+    Ok(ExitCode::SUCCESS)
 }

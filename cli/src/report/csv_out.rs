@@ -1,0 +1,124 @@
+//! `results.csv`: one row per stored level result, every metric in its own column, so a
+//! spreadsheet or pandas reads it without knowing the proto.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use fleetbench_proto::agentpb::{Distribution, LevelResult};
+use fleetbench_proto::controllerpb::GetResultsResponse;
+
+use super::{crash_class_name, crash_line, outcome_name};
+
+const DISTS: [&str; 5] = ["ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"];
+
+fn dists(r: &LevelResult) -> [&Option<Distribution>; 5] {
+    [&r.ttft_ms, &r.itl_ms, &r.tpot_ms, &r.e2e_ms, &r.queue_ms]
+}
+
+pub(crate) fn write_csv(path: &Path, results: &GetResultsResponse) -> anyhow::Result<()> {
+    // Percentile columns: every key any level reports, in numeric order.
+    let mut keys: BTreeSet<(u64, String)> = BTreeSet::new();
+    for r in results.levels.iter().filter_map(|l| l.result.as_ref()) {
+        for d in dists(r).into_iter().flatten() {
+            for k in d.percentiles.keys() {
+                let n: f64 = k.trim_start_matches('p').parse().unwrap_or(f64::MAX);
+                keys.insert(((n * 1000.0) as u64, k.clone()));
+            }
+        }
+    }
+    let mut header: Vec<String> = [
+        "job_id",
+        "run_id",
+        "trial_id",
+        "host",
+        "config_id",
+        "config_name",
+        "workload",
+        "repeat",
+        "attempt",
+        "level_index",
+        "concurrency",
+        "request_rate",
+        "burstiness",
+        "outcome",
+        "crash_class",
+        "crash",
+        "completed",
+        "failed",
+        "duration_s",
+        "input_tokens",
+        "output_tokens",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        "requests_per_s",
+        "goodput_requests_per_s",
+        "peak_concurrency",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for d in DISTS {
+        for stat in ["mean", "min", "max"] {
+            header.push(format!("{d}_{stat}"));
+        }
+        for (_, k) in &keys {
+            header.push(format!("{d}_{k}"));
+        }
+    }
+    header.extend(["started_unix_ms", "finished_unix_ms", "error"].map(String::from));
+
+    let mut w = csv::Writer::from_path(path)?;
+    w.write_record(&header)?;
+    for l in &results.levels {
+        let Some(r) = &l.result else { continue };
+        let level = r.level.unwrap_or_default();
+        let opt = |v: Option<String>| v.unwrap_or_default();
+        let mut row: Vec<String> = vec![
+            l.job_id.clone(),
+            l.run_id.clone(),
+            l.trial_id.clone(),
+            l.host.clone(),
+            l.config_id.clone(),
+            l.config_name.clone(),
+            l.workload.clone(),
+            l.repeat.to_string(),
+            l.attempt.to_string(),
+            r.level_index.to_string(),
+            opt(level.concurrency.map(|c| c.to_string())),
+            opt(level.request_rate.map(|c| c.to_string())),
+            level.burstiness.to_string(),
+            outcome_name(r.outcome),
+            opt(r.crash.as_ref().map(|c| crash_class_name(c.class))),
+            opt(r.crash.as_ref().map(crash_line)),
+            r.completed.to_string(),
+            r.failed.to_string(),
+            r.duration_s.to_string(),
+            r.input_tokens.to_string(),
+            r.output_tokens.to_string(),
+            r.output_tokens_per_s.to_string(),
+            r.total_tokens_per_s.to_string(),
+            r.requests_per_s.to_string(),
+            r.goodput_requests_per_s.to_string(),
+            r.peak_concurrency.to_string(),
+        ];
+        for d in dists(r) {
+            match d {
+                Some(d) => {
+                    row.extend([d.mean, d.min, d.max].map(|x| x.to_string()));
+                    for (_, k) in &keys {
+                        row.push(opt(d.percentiles.get(k).map(|v| v.to_string())));
+                    }
+                }
+                None => row.extend(std::iter::repeat_n(String::new(), 3 + keys.len())),
+            }
+        }
+        row.extend([
+            r.started_unix_ms.to_string(),
+            r.finished_unix_ms.to_string(),
+            r.error.clone(),
+        ]);
+        w.write_record(&row)?;
+    }
+    w.flush()?;
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! `report.html`: one self-contained page (inline CSS and SVG, no scripts, nothing fetched).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+use fleetbench_proto::controllerpb::{CompareGroup, CompareResponse, GetResultsResponse, JobState};
+
+use super::charts::{self, Colors, ENGINE_SERIES, GPU_SERIES};
+use super::plots::{Chart, svg};
+use super::table::winner_note;
+use super::{crash_class_name, crash_line, fmt_ms, fmt_num};
+
+const CSS: &str = r#"
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1240px; color: #222; padding: 0 16px; }
+h1 { font-size: 1.6em; margin-bottom: 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.meta { color: #666; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 12px 0; font-size: 0.85em; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #e5e5e5; text-align: right; white-space: nowrap; }
+th { background: #f5f5f5; } td.l, th.l { text-align: left; }
+tr.winner td { background: #eaf6ea; font-weight: 600; } tr.crashed td { background: #fdecec; color: #a00; }
+tr.diff td { background: #fff8e1; } tr.first td { border-top: 2px solid #ccc; }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; } .charts svg { border: 1px solid #eee; }
+.note { background: #f7f7f7; border-left: 4px solid #bbb; padding: 8px 12px; color: #555; }
+.crash { border-left: 4px solid #c00; padding: 6px 12px; margin: 12px 0; background: #fff6f6; }
+pre { background: #f6f6f6; padding: 8px; overflow-x: auto; font-size: 0.8em; }
+code { font-size: 0.9em; }
+"#;
+
+/// Escapes text for HTML.
+pub(crate) fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+pub(crate) fn render(results: &GetResultsResponse, compare: &CompareResponse) -> String {
+    let colors = Colors::new(results, compare);
+    let title = match results.jobs.as_slice() {
+        [one] => format!("fleetbench report: {}", one.name),
+        jobs => format!("fleetbench report: {} jobs", jobs.len()),
+    };
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\"><title>{}</title><style>{CSS}</style></head><body>\n<h1>{}</h1>\n",
+        esc(&title),
+        esc(&title)
+    );
+    header(&mut h, results, compare);
+    comparison(&mut h, compare, &colors);
+    sweeps(&mut h, compare, &colors);
+    telemetry(&mut h, results, &colors);
+    crashes(&mut h, compare);
+    configs(&mut h, results, &colors);
+    h.push_str("</body></html>\n");
+    h
+}
+
+fn header(h: &mut String, results: &GetResultsResponse, compare: &CompareResponse) {
+    for j in &results.jobs {
+        let state = JobState::try_from(j.state)
+            .map(|s| {
+                s.as_str_name()
+                    .trim_start_matches("JOB_STATE_")
+                    .to_lowercase()
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            h,
+            "<p class=\"meta\">job <code>{}</code> ({}) · {} · trials {}/{} · levels {}/{} · crashes {}{}</p>",
+            esc(&j.id),
+            esc(&j.file_name),
+            esc(&state),
+            j.trials_done,
+            j.trials_total,
+            j.levels_done,
+            j.levels_total,
+            j.crashes,
+            if j.error.is_empty() {
+                String::new()
+            } else {
+                format!(" · error: {}", esc(&j.error))
+            },
+        );
+    }
+    let hosts: BTreeSet<&str> = results.runs.iter().map(|r| r.host.as_str()).collect();
+    let _ = writeln!(
+        h,
+        "<p class=\"meta\">{} level results from {} engine runs on {} host(s); {} crossover(s), {} crash(es).</p>",
+        results.levels.len(),
+        results.runs.len(),
+        hosts.len(),
+        compare.crossovers.len(),
+        compare.crashes.len()
+    );
+}
+
+fn workloads(compare: &CompareResponse) -> Vec<(&str, Vec<&CompareGroup>)> {
+    let mut out: Vec<(&str, Vec<&CompareGroup>)> = Vec::new();
+    for g in &compare.groups {
+        match out.iter_mut().find(|(w, _)| *w == g.workload) {
+            Some((_, gs)) => gs.push(g),
+            None => out.push((&g.workload, vec![g])),
+        }
+    }
+    out
+}
+
+fn comparison(h: &mut String, compare: &CompareResponse, colors: &Colors) {
+    h.push_str("<h2>Comparison</h2>\n<p class=\"meta\">Throughput is the mean over repeats (± their standard deviation); latencies are the mean of each repeat's percentile. A margin is significant when the difference of the means exceeds the sum of the two standard deviations (needs 2+ repeats).</p>\n");
+    if compare.groups.is_empty() {
+        h.push_str("<p class=\"note\">No level results were stored for this job.</p>\n");
+    }
+    for (w, groups) in workloads(compare) {
+        let _ = writeln!(
+            h,
+            "<h3>Workload {}</h3>\n<table><tr><th class=\"l\">level</th><th class=\"l\">config</th><th>out tok/s</th><th>±</th><th>req/s</th><th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>E2E p50</th><th>E2E p99</th><th>errors</th><th class=\"l\">verdict</th></tr>",
+            esc(w)
+        );
+        for g in groups {
+            for (i, c) in g.configs.iter().enumerate() {
+                let winner = c.config_name == g.winner_config;
+                let mut class = if c.crashed {
+                    "crashed"
+                } else if winner {
+                    "winner"
+                } else {
+                    ""
+                }
+                .to_string();
+                if i == 0 {
+                    class.push_str(" first");
+                }
+                let verdict = if c.crashed {
+                    format!("crashed ({})", crash_class_name(c.crash_class))
+                } else if winner {
+                    winner_note(g)
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(
+                    h,
+                    "<tr class=\"{class}\"><td class=\"l\">{}</td><td class=\"l\"><span class=\"swatch\" style=\"background:{}\"></span>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+                    if i == 0 {
+                        esc(&g.level_label)
+                    } else {
+                        String::new()
+                    },
+                    colors.css(&c.config_name),
+                    esc(&c.config_name),
+                    if c.output_tokens_per_s > 0.0 {
+                        fmt_num(c.output_tokens_per_s, 1)
+                    } else {
+                        "-".into()
+                    },
+                    fmt_num(c.output_tokens_per_s_spread, 1),
+                    fmt_num(c.requests_per_s, 2),
+                    fmt_ms(c.ttft_p50_ms),
+                    fmt_ms(c.ttft_p99_ms),
+                    fmt_ms(c.itl_p50_ms),
+                    fmt_ms(c.itl_p99_ms),
+                    fmt_ms(c.e2e_p50_ms),
+                    fmt_ms(c.e2e_p99_ms),
+                    c.errors,
+                    esc(&verdict),
+                );
+            }
+        }
+        h.push_str("</table>\n");
+    }
+    if !compare.crossovers.is_empty() {
+        h.push_str("<h3>Crossovers</h3><ul>\n");
+        for x in &compare.crossovers {
+            let _ = writeln!(
+                h,
+                "<li>{}: <b>{}</b> wins at {}, <b>{}</b> wins at {}</li>",
+                esc(&x.workload),
+                esc(&x.from_winner),
+                esc(&x.from_level),
+                esc(&x.to_winner),
+                esc(&x.to_level)
+            );
+        }
+        h.push_str("</ul>\n");
+    }
+}
+
+fn chart_html(h: &mut String, chart: &Chart) {
+    match svg(chart, 600, 360) {
+        Ok(s) => h.push_str(&s),
+        Err(e) => {
+            let _ = write!(
+                h,
+                "<p class=\"note\">{}: {}</p>",
+                esc(&chart.title),
+                esc(&e.to_string())
+            );
+        }
+    }
+}
+
+fn sweeps(h: &mut String, compare: &CompareResponse, colors: &Colors) {
+    h.push_str("<h2>Load sweeps</h2>\n");
+    for (w, groups) in workloads(compare) {
+        h.push_str("<div class=\"charts\">\n");
+        chart_html(h, &charts::throughput(w, &groups, colors));
+        chart_html(
+            h,
+            &charts::latency(w, "TTFT", &groups, colors, |c| {
+                (c.ttft_p50_ms, c.ttft_p99_ms)
+            }),
+        );
+        chart_html(
+            h,
+            &charts::latency(w, "ITL", &groups, colors, |c| (c.itl_p50_ms, c.itl_p99_ms)),
+        );
+        chart_html(
+            h,
+            &charts::latency(w, "E2E latency", &groups, colors, |c| {
+                (c.e2e_p50_ms, c.e2e_p99_ms)
+            }),
+        );
+        h.push_str("</div>\n");
+    }
+}
+
+fn telemetry(h: &mut String, results: &GetResultsResponse, colors: &Colors) {
+    h.push_str("<h2>Over the run</h2>\n<p class=\"meta\">Coloured bars along the bottom show which config's engine ran when; red lines mark crashes.</p>\n");
+    let legend: Vec<String> = colors
+        .0
+        .iter()
+        .map(|n| {
+            format!(
+                "<span class=\"swatch\" style=\"background:{}\"></span>{}",
+                colors.css(n),
+                esc(n)
+            )
+        })
+        .collect();
+    let _ = writeln!(h, "<p>{}</p>", legend.join(" &nbsp; "));
+    let gpu: Vec<Chart> = GPU_SERIES
+        .iter()
+        .filter_map(|s| charts::over_time(results, *s, colors))
+        .collect();
+    let engine: Vec<Chart> = ENGINE_SERIES
+        .iter()
+        .filter_map(|s| charts::over_time(results, *s, colors))
+        .collect();
+    if gpu.is_empty() {
+        h.push_str("<p class=\"note\">No GPU telemetry: the hosts reported no GPUs (or NVML was unavailable), so there is no GPU power or utilisation to show.</p>\n");
+    }
+    if engine.is_empty() {
+        h.push_str("<p class=\"note\">No engine metrics were scraped during this job (running requests, KV-cache usage).</p>\n");
+    }
+    h.push_str("<div class=\"charts\">\n");
+    for c in gpu.iter().chain(&engine) {
+        chart_html(h, c);
+    }
+    h.push_str("</div>\n");
+}
+
+fn crashes(h: &mut String, compare: &CompareResponse) {
+    h.push_str("<h2>Crashes</h2>\n");
+    if compare.crashes.is_empty() {
+        h.push_str("<p class=\"meta\">No engine crashed.</p>\n");
+        return;
+    }
+    for c in &compare.crashes {
+        let Some(k) = &c.crash else { continue };
+        let _ = writeln!(
+            h,
+            "<div class=\"crash\"><b>{}</b> on {} · {} {} · <b>{}</b><br><code>{}</code> <span class=\"meta\">run {}</span>",
+            esc(&c.config_name),
+            esc(&c.host),
+            esc(&c.workload),
+            esc(&c.level_label),
+            esc(&crash_class_name(k.class)),
+            esc(&crash_line(k)),
+            esc(&c.run_id)
+        );
+        if !k.frames.is_empty() {
+            let _ = write!(
+                h,
+                "<pre>Traceback (last frames):\n{}</pre>",
+                esc(&k.frames.join("\n"))
+            );
+        }
+        if !k.log_tail.is_empty() {
+            let _ = write!(
+                h,
+                "<details><summary>log tail ({} lines)</summary><pre>{}</pre></details>",
+                k.log_tail.len(),
+                esc(&k.log_tail.join("\n"))
+            );
+        }
+        h.push_str("</div>\n");
+    }
+}
+
+fn configs(h: &mut String, results: &GetResultsResponse, colors: &Colors) {
+    h.push_str("<h2>Configs side by side</h2>\n<p class=\"meta\">Highlighted rows differ between configs.</p>\n");
+    if results.configs.is_empty() {
+        h.push_str("<p class=\"note\">No configs stored.</p>\n");
+        return;
+    }
+    // row name -> value per config
+    let mut rows: BTreeMap<(u8, String), Vec<String>> = BTreeMap::new();
+    let n = results.configs.len();
+    for (i, c) in results.configs.iter().enumerate() {
+        let mut set = |order: u8, key: String, value: String| {
+            rows.entry((order, key))
+                .or_insert_with(|| vec!["—".into(); n])[i] = value;
+        };
+        let kind = fleetbench_proto::agentpb::EngineKind::try_from(c.kind)
+            .map(|k| {
+                k.as_str_name()
+                    .trim_start_matches("ENGINE_KIND_")
+                    .to_lowercase()
+            })
+            .unwrap_or_default();
+        set(0, "engine".into(), kind);
+        set(0, "config id".into(), c.config_id.clone());
+        if let Some(s) = &c.spec {
+            set(1, "profile".into(), s.profile.clone());
+            set(1, "model".into(), s.model.clone());
+            for f in &s.flags {
+                set(
+                    2,
+                    f.name.clone(),
+                    f.value.clone().unwrap_or_else(|| "on".into()),
+                );
+            }
+            for (k, v) in &s.env {
+                set(3, format!("env {k}"), v.clone());
+            }
+        }
+    }
+    h.push_str("<table><tr><th class=\"l\"></th>");
+    for c in &results.configs {
+        let _ = write!(
+            h,
+            "<th class=\"l\"><span class=\"swatch\" style=\"background:{}\"></span>{}</th>",
+            colors.css(&c.name),
+            esc(&c.name)
+        );
+    }
+    h.push_str("</tr>\n");
+    for ((_, key), values) in &rows {
+        let differs = values.iter().any(|v| v != &values[0]);
+        let _ = write!(
+            h,
+            "<tr{}><td class=\"l\"><code>{}</code></td>",
+            if differs { " class=\"diff\"" } else { "" },
+            esc(key)
+        );
+        for v in values {
+            let _ = write!(h, "<td class=\"l\">{}</td>", esc(v));
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n");
+}

@@ -1,0 +1,146 @@
+//! The comparison as terminal tables: per workload, every level and config with throughput,
+//! latency percentiles and errors, the winner with its margin; then crossovers and crashes.
+
+use comfy_table::presets::UTF8_HORIZONTAL_ONLY;
+use comfy_table::{Cell, CellAlignment, Table};
+use fleetbench_proto::controllerpb::{CompareGroup, CompareResponse};
+
+use super::{crash_class_name, crash_line, fmt_ms, fmt_num};
+
+/// Prints [`render_compare`] to stdout.
+pub fn print_compare(compare: &CompareResponse) {
+    print!("{}", render_compare(compare));
+}
+
+/// The whole comparison as text.
+pub fn render_compare(compare: &CompareResponse) -> String {
+    let mut out = String::new();
+    if compare.groups.is_empty() {
+        out.push_str("no level results to compare\n");
+    }
+    let mut workloads: Vec<&str> = Vec::new();
+    for g in &compare.groups {
+        if !workloads.contains(&g.workload.as_str()) {
+            workloads.push(&g.workload);
+        }
+    }
+    for w in workloads {
+        let groups: Vec<&CompareGroup> =
+            compare.groups.iter().filter(|g| g.workload == w).collect();
+        out.push_str(&format!("\nWorkload {w}\n"));
+        out.push_str(&workload_table(&groups).to_string());
+        out.push('\n');
+    }
+    if !compare.crossovers.is_empty() {
+        out.push_str("\nCrossovers (the winner changes with load):\n");
+        for x in &compare.crossovers {
+            out.push_str(&format!(
+                "  {}: {} wins at {}, {} wins at {}\n",
+                x.workload, x.from_winner, x.from_level, x.to_winner, x.to_level
+            ));
+        }
+    }
+    if !compare.crashes.is_empty() {
+        out.push_str("\nCrashes:\n");
+        for c in &compare.crashes {
+            let (class, line, frame) = match &c.crash {
+                Some(k) => (
+                    crash_class_name(k.class),
+                    crash_line(k),
+                    k.frames.last().cloned(),
+                ),
+                None => ("unknown".to_string(), String::new(), None),
+            };
+            out.push_str(&format!(
+                "  {} on {} ({} {}): {class}: {line}\n",
+                c.config_name, c.host, c.workload, c.level_label
+            ));
+            if let Some(f) = frame {
+                out.push_str(&format!("      at {}\n", f.trim()));
+            }
+            out.push_str(&format!("      run {}\n", c.run_id));
+        }
+    }
+    out
+}
+
+fn workload_table(groups: &[&CompareGroup]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_HORIZONTAL_ONLY);
+    t.set_header(vec![
+        "level",
+        "config",
+        "out tok/s",
+        "±",
+        "req/s",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "ITL p99",
+        "E2E p50",
+        "E2E p99",
+        "errors",
+        "verdict",
+    ]);
+    for g in groups {
+        for (i, c) in g.configs.iter().enumerate() {
+            let verdict = if c.crashed {
+                format!("CRASHED ({})", crash_class_name(c.crash_class))
+            } else if c.config_name == g.winner_config {
+                winner_note(g)
+            } else {
+                String::new()
+            };
+            let level = if i == 0 {
+                g.level_label.clone()
+            } else {
+                String::new()
+            };
+            let (tput, spread) = if c.output_tokens_per_s > 0.0 {
+                (
+                    fmt_num(c.output_tokens_per_s, 1),
+                    fmt_num(c.output_tokens_per_s_spread, 1),
+                )
+            } else {
+                ("-".into(), "-".into())
+            };
+            t.add_row(vec![
+                Cell::new(level),
+                Cell::new(&c.config_name),
+                Cell::new(tput),
+                Cell::new(spread),
+                Cell::new(fmt_num(c.requests_per_s, 2)),
+                Cell::new(fmt_ms(c.ttft_p50_ms)),
+                Cell::new(fmt_ms(c.ttft_p99_ms)),
+                Cell::new(fmt_ms(c.itl_p50_ms)),
+                Cell::new(fmt_ms(c.itl_p99_ms)),
+                Cell::new(fmt_ms(c.e2e_p50_ms)),
+                Cell::new(fmt_ms(c.e2e_p99_ms)),
+                Cell::new(c.errors),
+                Cell::new(verdict),
+            ]);
+        }
+    }
+    for col in 2..12 {
+        if let Some(c) = t.column_mut(col) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+/// `winner +12.3% over b (significant)`.
+pub(crate) fn winner_note(g: &CompareGroup) -> String {
+    if g.runner_up_config.is_empty() {
+        return "winner (only config that ran every repeat)".into();
+    }
+    let sig = if g.margin_significant {
+        "significant"
+    } else {
+        "within run-to-run noise"
+    };
+    format!(
+        "winner +{:.1}% over {} ({sig})",
+        g.margin_pct, g.runner_up_config
+    )
+}
