@@ -132,15 +132,17 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
             .map(|e| e.line.clone())
             .unwrap_or_else(|| "the port was in use before the engine started".to_string());
         (CrashClass::PortInUse, String::new(), msg, Vec::new())
-    } else if let Some(ev) = patterns::strongest(&evidence).filter(|ev| {
+    } else if let Some(ev) = patterns::strongest(&evidence).filter(|ev| match ev.class {
         // NCCL errors after another rank's Python error are its fallout, not its cause.
-        ev.class != CrashClass::Nccl
-            || !traceback::primary(&tracebacks).is_some_and(|t| {
-                t.end < ev.index
-                    && !evidence
-                        .iter()
-                        .any(|e| e.class == CrashClass::Nccl && t.contains_line(e.index))
-            })
+        CrashClass::Nccl => !traceback::primary(&tracebacks).is_some_and(|t| {
+            t.end < ev.index
+                && !evidence
+                    .iter()
+                    .any(|e| e.class == CrashClass::Nccl && t.contains_line(e.index))
+        }),
+        // An error line without a traceback says less than a traceback does.
+        CrashClass::ExitCode => tracebacks.is_empty(),
+        _ => true,
     }) {
         // The traceback that carries the evidence, else the primary one.
         let tb = tracebacks

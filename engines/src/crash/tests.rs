@@ -87,3 +87,22 @@ fn class_names_round_trip() {
         );
     }
 }
+
+#[test]
+fn a_traceback_beats_an_error_line_that_looks_like_a_usage_error() {
+    let tail = lines(
+        "Traceback (most recent call last):\n  File \"/x/y.py\", line 3, in f\n    g()\nRuntimeError: error: bad state",
+    );
+    let c = classify(
+        EngineKind::Sglang,
+        &ExitInfo {
+            code: Some(1),
+            ..Default::default()
+        },
+        &tail,
+    );
+    assert_eq!(c.class, CrashClass::PythonException);
+    assert_eq!(c.exception_type, "RuntimeError");
+    assert_eq!(c.message, "error: bad state");
+    assert_eq!(c.frames, ["/x/y.py:3 in f: g()"]);
+}
