@@ -242,19 +242,20 @@ impl RawConfig {
         if api_token.as_deref().is_some_and(|t| t.is_empty()) {
             p.push("api.token: must not be empty".into());
         }
-        if let Some(tls) = &self.api.tls {
-            if let Err(e) = fleetbench_support::tls::server_tls(&tls.cert, &tls.key, &tls.client_ca)
-            {
-                p.push(format!("api.tls: {e}"));
-            }
+        if let Some(tls) = &self.api.tls
+            && let Err(e) = fleetbench_support::tls::server_tls(&tls.cert, &tls.key, &tls.client_ca)
+        {
+            p.push(format!("api.tls: {e}"));
         }
-        if let Some(a) = listen {
-            if self.api.tls.is_none() && api_token.is_none() && !a.ip().is_loopback() {
-                p.push(format!(
-                    "listen: {a} is not a loopback address; an API without api.tls or api.token \
-                     may only listen on loopback"
-                ));
-            }
+        if let Some(a) = listen
+            && self.api.tls.is_none()
+            && api_token.is_none()
+            && !a.ip().is_loopback()
+        {
+            p.push(format!(
+                "listen: {a} is not a loopback address; an API without api.tls or api.token \
+                 may only listen on loopback"
+            ));
         }
         if let Some(t) = &self.agent_tls {
             let domain = t.domain.clone().unwrap_or_else(|| "localhost".into());

@@ -21,7 +21,11 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
         .iter()
         .map(|n| spawn_agent(dir.path(), n, fleetbench_testkit::free_port()))
         .collect();
-    let cfg = controller_config(dir.path(), "127.0.0.1:0", &agents.iter().collect::<Vec<_>>());
+    let cfg = controller_config(
+        dir.path(),
+        "127.0.0.1:0",
+        &agents.iter().collect::<Vec<_>>(),
+    );
     let ctl = spawn_controller(&cfg, &dir.path().join("controller.log"));
     let mut client = client(ctl.addr).await;
 
@@ -109,7 +113,11 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
     let mut keys = BTreeSet::new();
     for l in &levels {
         let idx = l.result.as_ref().unwrap().level_index;
-        assert!(keys.insert((l.trial_id.clone(), idx)), "stored twice: {} {idx}", l.trial_id);
+        assert!(
+            keys.insert((l.trial_id.clone(), idx)),
+            "stored twice: {} {idx}",
+            l.trial_id
+        );
     }
     assert_eq!(levels.len(), 24);
     for t in store.trials(&job_id).await.unwrap() {
@@ -131,11 +139,22 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
     assert_eq!(victim_runs[1].attempt, 2);
     // Level 0 of the victim's trial was measured on the killed host and kept; the rest came
     // from the second attempt.
-    let victim_levels: Vec<_> = levels.iter().filter(|l| l.trial_id == victim_trial).collect();
+    let victim_levels: Vec<_> = levels
+        .iter()
+        .filter(|l| l.trial_id == victim_trial)
+        .collect();
     assert_eq!(victim_levels[0].host, victim_host);
-    assert!(victim_levels[1..].iter().all(|l| l.attempt == 2 && l.host != victim_host));
+    assert!(
+        victim_levels[1..]
+            .iter()
+            .all(|l| l.attempt == 2 && l.host != victim_host)
+    );
     // Every other trial ran once.
     let other_runs = runs.iter().filter(|r| r.trial_id != victim_trial);
-    assert!(other_runs.clone().all(|r| r.state == RunState::Done as i32 && r.attempt == 1));
+    assert!(
+        other_runs
+            .clone()
+            .all(|r| r.state == RunState::Done as i32 && r.attempt == 1)
+    );
     assert_eq!(other_runs.count(), 5);
 }

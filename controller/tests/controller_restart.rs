@@ -81,7 +81,11 @@ async fn a_restarted_controller_finishes_the_job_with_every_level_stored_once() 
     let mut seen = BTreeSet::new();
     for l in &results.levels {
         let idx = l.result.as_ref().unwrap().level_index;
-        assert!(seen.insert((l.trial_id.clone(), idx)), "stored twice: {} {idx}", l.trial_id);
+        assert!(
+            seen.insert((l.trial_id.clone(), idx)),
+            "stored twice: {} {idx}",
+            l.trial_id
+        );
     }
     assert_eq!(seen.len(), 16);
     // Levels stored before the kill are the very same results (not measured again).
@@ -95,9 +99,17 @@ async fn a_restarted_controller_finishes_the_job_with_every_level_stored_once() 
     }
     // Each interrupted trial: its first run was cut off, a later attempt finished it.
     for trial in &interrupted {
-        let runs: Vec<_> = results.runs.iter().filter(|r| &r.trial_id == trial).collect();
+        let runs: Vec<_> = results
+            .runs
+            .iter()
+            .filter(|r| &r.trial_id == trial)
+            .collect();
         assert!(runs.len() >= 2, "{trial}: {runs:#?}");
-        assert_eq!(runs[0].state, RunState::HostLost as i32, "{trial}: {runs:#?}");
+        assert_eq!(
+            runs[0].state,
+            RunState::HostLost as i32,
+            "{trial}: {runs:#?}"
+        );
         assert_eq!(runs.last().unwrap().state, RunState::Done as i32);
         assert!(runs.last().unwrap().attempt > runs[0].attempt);
     }

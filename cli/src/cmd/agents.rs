@@ -68,7 +68,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             labels.join(",")
         );
         if !a.current_job_id.is_empty() {
-            println!("    running job {} config {}", a.current_job_id, a.current_config_id);
+            println!(
+                "    running job {} config {}",
+                a.current_job_id, a.current_config_id
+            );
         }
         if !a.error.is_empty() {
             println!("    error: {}", a.error);

@@ -65,8 +65,12 @@ pub async fn connect(url: &str, args: &ControllerArgs) -> anyhow::Result<Client>
         .connect_timeout(std::time::Duration::from_secs(5));
     if let Some(ca) = &args.tls_ca {
         let (cert, key) = (
-            args.tls_cert.as_ref().context("--tls-cert is required with --tls-ca")?,
-            args.tls_key.as_ref().context("--tls-key is required with --tls-ca")?,
+            args.tls_cert
+                .as_ref()
+                .context("--tls-cert is required with --tls-ca")?,
+            args.tls_key
+                .as_ref()
+                .context("--tls-key is required with --tls-ca")?,
         );
         let host = ep.uri().host().unwrap_or("localhost").to_string();
         let tls = fleetbench_support::tls::client_tls(ca, cert, key, &host)?;

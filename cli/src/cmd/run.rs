@@ -45,24 +45,23 @@ struct Embedded {
 
 impl Embedded {
     async fn start(data_dir: &Path) -> anyhow::Result<Embedded> {
-        let agent = fleetbench_agent::start(fleetbench_agent::AgentConfig::local(
-            data_dir.join("agent"),
-        ))
-        .await
-        .context("starting the local agent")?;
+        let agent =
+            fleetbench_agent::start(fleetbench_agent::AgentConfig::local(data_dir.join("agent")))
+                .await
+                .context("starting the local agent")?;
         let hosts = vec![HostConfig {
             name: "local".into(),
             address: agent.addr.to_string(),
             labels: BTreeMap::new(),
         }];
-        let controller = match fleetbench_controller::embedded::start_embedded(data_dir, hosts).await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                agent.shutdown().await;
-                return Err(e).context("starting the embedded controller");
-            }
-        };
+        let controller =
+            match fleetbench_controller::embedded::start_embedded(data_dir, hosts).await {
+                Ok(c) => c,
+                Err(e) => {
+                    agent.shutdown().await;
+                    return Err(e).context("starting the embedded controller");
+                }
+            };
         Ok(Embedded { controller, agent })
     }
 
@@ -146,10 +145,7 @@ async fn submit_and_follow(
             return Ok(ExitCode::from(130));
         }
     };
-    let dir = args
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output(&job));
+    let dir = args.output.clone().unwrap_or_else(|| default_output(&job));
     finish(&mut client, &job, &dir).await?;
     Ok(exit_code(&job))
 }
@@ -158,9 +154,19 @@ fn default_output(job: &Job) -> PathBuf {
     let name: String = job
         .name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
-    let name = if name.is_empty() { job.id.clone() } else { name };
+    let name = if name.is_empty() {
+        job.id.clone()
+    } else {
+        name
+    };
     Path::new("fleetbench-results").join(name)
 }
 

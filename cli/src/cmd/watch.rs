@@ -155,7 +155,8 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                     j.trials_total,
                     j.crashes
                 ));
-                let done = j.state != JobState::Queued as i32 && j.state != JobState::Running as i32;
+                let done =
+                    j.state != JobState::Queued as i32 && j.state != JobState::Running as i32;
                 last = Some(j);
                 if done {
                     break;
@@ -176,7 +177,12 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                         ));
                     }
                     TrialState::Running => {
-                        bar.set_message(format!("{} / {} #{}", t.config_name, t.workload, t.repeat + 1));
+                        bar.set_message(format!(
+                            "{} / {} #{}",
+                            t.config_name,
+                            t.workload,
+                            t.repeat + 1
+                        ));
                     }
                     TrialState::Done => bar.set_message("idle"),
                     TrialState::EngineFailed | TrialState::HostLost | TrialState::Cancelled => {
@@ -187,7 +193,10 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                             t.workload,
                             t.repeat + 1,
                             t.attempt,
-                            state.as_str_name().trim_start_matches("TRIAL_STATE_").to_lowercase(),
+                            state
+                                .as_str_name()
+                                .trim_start_matches("TRIAL_STATE_")
+                                .to_lowercase(),
                             t.reason
                         ));
                         bar.set_message("idle");
@@ -197,7 +206,10 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
             }
             Some(job_event::Event::Engine(e)) => match e.event.and_then(|e| e.event) {
                 Some(engine_event::Event::Ready(r)) => {
-                    bars.line(format!("  {:<12} engine ready in {:.1}s", e.host, r.elapsed_s));
+                    bars.line(format!(
+                        "  {:<12} engine ready in {:.1}s",
+                        e.host, r.elapsed_s
+                    ));
                 }
                 Some(engine_event::Event::Failed(c)) => {
                     bars.line(format!("  {:<12} engine failed: {}", e.host, c.summary));

@@ -123,10 +123,10 @@ impl Store {
                 .trim_start_matches("sqlite://")
                 .trim_start_matches("sqlite:");
             let path = path.split('?').next().unwrap_or_default();
-            if let Some(dir) = std::path::Path::new(path).parent() {
-                if !dir.as_os_str().is_empty() {
-                    std::fs::create_dir_all(dir).map_err(|e| open_err(sqlx::Error::Io(e)))?;
-                }
+            if let Some(dir) = std::path::Path::new(path).parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir).map_err(|e| open_err(sqlx::Error::Io(e)))?;
             }
             if !url.contains('?') {
                 full.push_str("?mode=rwc");

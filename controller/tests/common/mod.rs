@@ -67,11 +67,9 @@ fn spawn_listening(bin: &str, args: &[&str], log: &Path, name: &str) -> Proc {
         let mut lines = BufReader::new(stdout).lines();
         let mut sent = false;
         while let Some(Ok(line)) = lines.next() {
-            if !sent {
-                if let Some(a) = line.split(" listening on ").nth(1) {
-                    let _ = tx.send(a.trim().to_string());
-                    sent = true;
-                }
+            if !sent && let Some(a) = line.split(" listening on ").nth(1) {
+                let _ = tx.send(a.trim().to_string());
+                sent = true;
             }
         }
     });
@@ -162,7 +160,10 @@ pub async fn wait_job(client: &mut ControllerClient<Channel>, id: &str, timeout:
         if job.state != JobState::Queued as i32 && job.state != JobState::Running as i32 {
             return job;
         }
-        assert!(Instant::now() < deadline, "job {id} still running after {timeout:?}: {job:?}");
+        assert!(
+            Instant::now() < deadline,
+            "job {id} still running after {timeout:?}: {job:?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
