@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -97,6 +98,10 @@ pub(crate) struct Conn {
     sender: SendRequest<Full<Bytes>>,
     driver: Driver,
     closed: bool,
+    /// Requests answered on this connection.
+    pub served: u32,
+    /// The last request failed before any response arrived.
+    pub send_failed: bool,
 }
 
 impl std::fmt::Debug for Conn {
@@ -135,21 +140,42 @@ impl Conn {
             sender,
             driver: Box::pin(driver),
             closed: false,
+            served: 0,
+            send_failed: false,
         })
     }
 
-    pub fn usable(&self) -> bool {
+    /// Whether the connection can take a request. Polls the driver once so that a close by the
+    /// server while the connection sat idle is noticed before a request is sent on it.
+    pub async fn usable(&mut self) -> bool {
+        if !self.closed {
+            let Conn { driver, closed, .. } = self;
+            Self::drive(driver, closed, std::future::ready(())).await;
+        }
+        !self.closed && !self.sender.is_closed()
+    }
+
+    pub fn is_open(&self) -> bool {
         !self.closed && !self.sender.is_closed()
     }
 
     /// Awaits `fut` while polling the connection driver in the same task.
+    /// Awaits `fut` while polling the connection driver in the same task. Two rounds per poll:
+    /// what one side hands the other (a queued request, a decoded body chunk) is taken up at
+    /// once instead of after a self-wake through the scheduler's queue, which at hundreds of
+    /// streams costs a full round of every other task.
     async fn drive<T>(driver: &mut Driver, closed: &mut bool, fut: impl Future<Output = T>) -> T {
         let mut fut = std::pin::pin!(fut);
         std::future::poll_fn(|cx| {
-            if !*closed && driver.as_mut().poll(cx).is_ready() {
-                *closed = true;
+            for _ in 0..2 {
+                if !*closed && driver.as_mut().poll(cx).is_ready() {
+                    *closed = true;
+                }
+                if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                    return Poll::Ready(v);
+                }
             }
-            fut.as_mut().poll(cx)
+            Poll::Pending
         })
         .await
     }
@@ -159,11 +185,13 @@ impl Conn {
         &mut self,
         req: http::Request<Full<Bytes>>,
     ) -> Result<(Instant, http::Response<Incoming>), Failure> {
+        self.send_failed = true;
         let Conn {
             sender,
             driver,
             closed,
-        } = self;
+            ..
+        } = &mut *self;
         Self::drive(driver, closed, sender.ready())
             .await
             .map_err(|e| {
@@ -183,6 +211,7 @@ impl Conn {
                 };
                 Failure::new(kind, format!("request failed: {e}"))
             })?;
+        self.send_failed = false;
         Ok((sent, resp))
     }
 
@@ -273,6 +302,7 @@ pub(crate) async fn stream_request(
     let mut finished = false;
     let mut failure: Option<Failure> = None;
     let mut first_event = true;
+    let mut content_without_usage = false;
     loop {
         let next = conn.next_chunk(&mut body).await;
         let (at, data) = match next {
@@ -319,16 +349,20 @@ pub(crate) async fn stream_request(
                 ));
                 return false;
             }
-            // Continuous usage gives the exact token count of each chunk; otherwise a chunk with
-            // content is one token.
+            // Continuous usage (usage on every chunk) gives the exact token count of each
+            // chunk. Once a chunk carried content without usage, a later usage is the final
+            // summary, not a delta, and each chunk with content counts as one token.
             let tokens = match ev.usage {
-                Some((_, completion)) => {
-                    let before = usage.map_or(0, |u| u.1);
-                    usage = ev.usage;
-                    completion.saturating_sub(before)
+                Some((_, completion)) if !content_without_usage => {
+                    completion.saturating_sub(usage.map_or(0, |u| u.1))
                 }
-                None => u64::from(ev.has_content),
+                _ => u64::from(ev.has_content),
             };
+            if ev.usage.is_some() {
+                usage = ev.usage;
+            } else if ev.has_content {
+                content_without_usage = true;
+            }
             if tokens > 0 {
                 counted += tokens;
                 chunks.push((at, tokens.min(u64::from(u32::MAX)) as u32));
@@ -357,6 +391,7 @@ pub(crate) async fn stream_request(
             ));
         }
     };
+    conn.served += 1;
     Ok(Streamed {
         sent,
         first_byte,
@@ -366,8 +401,22 @@ pub(crate) async fn stream_request(
     })
 }
 
+/// Limit on one set-up call, so that a hung server cannot stall `Runner::new`.
+const SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A one-shot JSON call for set-up (`/v1/models`, `/tokenize`): status and body.
 pub(crate) async fn call_json(
+    target: &Target,
+    method: http::Method,
+    path: &str,
+    body: Bytes,
+) -> Result<(u16, Vec<u8>), String> {
+    tokio::time::timeout(SETUP_TIMEOUT, call_json_inner(target, method, path, body))
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {SETUP_TIMEOUT:?}")))
+}
+
+async fn call_json_inner(
     target: &Target,
     method: http::Method,
     path: &str,
@@ -404,8 +453,25 @@ impl SetupClient {
         path: &str,
         body: Bytes,
     ) -> Result<(u16, Vec<u8>), String> {
+        let r = tokio::time::timeout(SETUP_TIMEOUT, self.call_inner(method, path, body)).await;
+        r.unwrap_or_else(|_| {
+            self.conn = None;
+            Err(format!("no answer within {SETUP_TIMEOUT:?}"))
+        })
+    }
+
+    async fn call_inner(
+        &mut self,
+        method: http::Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(u16, Vec<u8>), String> {
         for attempt in 0..2 {
-            if !self.conn.as_ref().is_some_and(Conn::usable) {
+            let usable = match self.conn.as_mut() {
+                Some(c) => c.usable().await,
+                None => false,
+            };
+            if !usable {
                 self.conn = Some(Conn::open(self.target.addr).await.map_err(|f| f.message)?);
             }
             let conn = self.conn.as_mut().expect("connection opened above");

@@ -257,7 +257,7 @@ impl Runner {
         acc.finish(
             &mut report,
             &self.cfg,
-            start,
+            shared.began.get().copied().unwrap_or(start),
             shared.peak.load(Ordering::Relaxed),
             cancelled,
             shared.stop_reason(),
@@ -294,6 +294,7 @@ impl Runner {
             connect_streak: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             stop_message: std::sync::Mutex::new(None),
+            began: std::sync::OnceLock::new(),
         })
     }
 
@@ -399,6 +400,8 @@ struct Shared {
     connect_streak: AtomicU32,
     stop: AtomicBool,
     stop_message: std::sync::Mutex<Option<String>>,
+    /// When the first request could go out (after the closed loop's connections are open).
+    began: std::sync::OnceLock<Instant>,
 }
 
 impl Shared {
@@ -470,12 +473,14 @@ async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
                 });
             }
             barrier.wait().await;
+            let _ = sh.began.set(Instant::now());
             while set.join_next().await.is_some() {}
         }
         Plan::Open { arrivals, cap } => {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
             let rx = Arc::new(tokio::sync::Mutex::new(rx));
             let start = Instant::now();
+            let _ = sh.began.set(start);
             let mut slots = 0u32;
             let slot_limit = cap.unwrap_or(u32::MAX);
             for (i, at) in arrivals.iter().enumerate() {
@@ -529,18 +534,33 @@ struct Slot {
 impl Slot {
     async fn run(&mut self, sh: &Shared, index: u64, intended: Instant, slots: u32) {
         let prompt = &sh.prompts[(index % sh.prompts.len() as u64) as usize];
-        let req = sh
-            .target
-            .request(http::Method::POST, sh.path, prompt.body.clone());
         let now_in_flight = sh.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         sh.peak.fetch_max(now_in_flight, Ordering::Relaxed);
         let Slot { conn, scratch } = self;
         let outcome = tokio::time::timeout(sh.timeout, async {
-            if !conn.as_ref().is_some_and(Conn::usable) {
-                *conn = Some(Conn::open(sh.target.addr).await?);
+            // A kept-alive connection the server closed while it sat idle fails before any
+            // answer: that is no failure of the server under test, so retry once on a new one.
+            let mut retried = false;
+            loop {
+                let usable = match conn.as_mut() {
+                    Some(c) => c.usable().await,
+                    None => false,
+                };
+                if !usable {
+                    *conn = Some(Conn::open(sh.target.addr).await?);
+                }
+                let c = conn.as_mut().expect("connection set above");
+                let req = sh
+                    .target
+                    .request(http::Method::POST, sh.path, prompt.body.clone());
+                match stream_request(c, req, scratch).await {
+                    Err(_) if !retried && c.send_failed && c.served > 0 => {
+                        retried = true;
+                        *conn = None;
+                    }
+                    other => return other,
+                }
             }
-            let c = conn.as_mut().expect("connection set above");
-            stream_request(c, req, scratch).await
         })
         .await
         .unwrap_or_else(|_| {
@@ -550,7 +570,7 @@ impl Slot {
             ))
         });
         sh.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if outcome.is_err() || !conn.as_ref().is_some_and(Conn::usable) {
+        if outcome.is_err() || !conn.as_ref().is_some_and(Conn::is_open) {
             *conn = None;
         }
         sh.note_connect(outcome.as_ref().err(), slots);

@@ -60,7 +60,9 @@ impl Counter {
     ) -> Result<Option<Counter>, LoadgenError> {
         let mut last = String::new();
         for style in [Style::Prompt, Style::Content] {
+            // llama.cpp answers `{"prompt"}` with an empty token list rather than an error.
             match tokenize(&mut client, style, "hello world").await {
+                Ok(0) => last = format!("{style:?} style gave no tokens"),
                 Ok(_) => {
                     return Ok(Some(Counter::Server {
                         client,

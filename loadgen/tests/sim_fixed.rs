@@ -1,0 +1,159 @@
+//! The load generator against `fleetbench-sim` in fixed-latency mode: exact counts, accurate
+//! latencies, open-loop rate, and queueing that shows up from the intended send time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Sim, config};
+use fleetbench_loadgen::{Api, Bound, Level, Runner};
+use tokio_util::sync::CancellationToken;
+
+/// The tests of this file measure time: they run one at a time so they do not load each other.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_counts_are_exact_for_completions_and_chat() {
+    let _serial = SERIAL.lock().await;
+    let sim = Sim::fixed(2.0, 0.5);
+    for api in [Api::Completions, Api::Chat] {
+        let mut cfg = config(&sim.url, 37, 23, vec![Level::closed(4)], 20);
+        cfg.api = api;
+        let runner = Runner::new(cfg).await.expect("runner");
+        assert_eq!(runner.shaping().source, "server /tokenize");
+        assert_eq!(runner.shaping().inexact, 0);
+        let out = runner
+            .run_level_detailed(0, &Level::closed(4), None, CancellationToken::new(), true)
+            .await;
+        let r = &out.report;
+        assert_eq!((r.completed, r.failed), (20, 0), "{api:?}: {r:?}");
+        assert_eq!(r.output_tokens, 20 * 23, "{api:?}");
+        assert_eq!(
+            r.itl_ms.count,
+            20 * 22,
+            "{api:?}: one ITL sample per token after the first"
+        );
+        assert_eq!(r.ttft_ms.count, 20);
+        for rec in &out.records {
+            assert!(rec.usage_reported);
+            assert_eq!(rec.expected_input_tokens, Some(37));
+            if api == Api::Completions {
+                assert_eq!(rec.input_tokens, 37, "prompt shaped to exactly 37 tokens");
+            } else {
+                assert!(
+                    rec.input_tokens >= 37,
+                    "chat adds its template: {}",
+                    rec.input_tokens
+                );
+            }
+            assert_eq!(rec.output_tokens, 23);
+            assert_eq!(rec.token_ms.len(), 23, "streamed tokens match usage");
+        }
+        assert_eq!(r.peak_concurrency, 4);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_and_itl_medians_match_the_injected_latencies() {
+    let _serial = SERIAL.lock().await;
+    let (ttft, itl) = (50.0, 5.0);
+    let sim = Sim::fixed(ttft, itl);
+    for (c, n) in [(1u32, 40u32), (64, 512), (512, 1536)] {
+        let level = Level::closed(c);
+        let mut cfg = config(&sim.url, 16, 16, vec![level.clone()], n);
+        cfg.warmup = c.min(32);
+        let runner = Runner::new(cfg).await.expect("runner");
+        let r = runner
+            .run_level(0, &level, None, CancellationToken::new())
+            .await;
+        assert_eq!((r.completed, r.failed), (u64::from(n), 0), "c={c}: {r:?}");
+        let t50 = r.ttft_ms.get("p50").unwrap();
+        let i50 = r.itl_ms.get("p50").unwrap();
+        eprintln!(
+            "c={c}: ttft p50 {t50:.3} ms, itl p50 {i50:.3} ms, queue p50 {:.3} ms, peak {}",
+            r.queue_ms.get("p50").unwrap_or(0.0),
+            r.peak_concurrency
+        );
+        assert!((t50 - ttft).abs() <= 0.5, "c={c}: TTFT p50 {t50} vs {ttft}");
+        assert!((i50 - itl).abs() <= 0.5, "c={c}: ITL p50 {i50} vs {itl}");
+        assert_eq!(r.peak_concurrency, c);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_hits_the_requested_rate() {
+    let _serial = SERIAL.lock().await;
+    let sim = Sim::fixed(1.0, 0.5);
+    let rate = 400.0;
+    let runner = Runner::new(config(&sim.url, 8, 4, vec![Level::open(rate)], 2000))
+        .await
+        .expect("runner");
+    let r = runner
+        .run_level(0, &Level::open(rate), None, CancellationToken::new())
+        .await;
+    assert_eq!((r.completed, r.failed), (2000, 0), "{r:?}");
+    let achieved = r.requests_per_s;
+    assert!(
+        (achieved - rate).abs() / rate < 0.02,
+        "asked {rate}/s, got {achieved:.2}/s over {:.3} s",
+        r.duration_s
+    );
+    assert!(r.queue_ms.get("p50").unwrap() < 1.0, "{:?}", r.queue_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_shows_in_ttft_from_the_intended_send_time() {
+    let _serial = SERIAL.lock().await;
+    let sim = Sim::fixed(5.0, 1.0);
+    let rate = 100.0;
+    // Two streams at most: a client timing from the actual send would hide all but two of the
+    // requests that waited during the stall.
+    let level = Level {
+        concurrency: Some(2),
+        request_rate: Some(rate),
+        burstiness: 1.0,
+    };
+    let mut cfg = config(&sim.url, 8, 4, vec![level.clone()], 200);
+    cfg.bound = Bound::Requests(200);
+    let runner = Runner::new(cfg).await.expect("runner");
+    let stall = Duration::from_millis(600);
+    let stopper = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sim.signal("-STOP");
+        tokio::time::sleep(stall).await;
+        sim.signal("-CONT");
+    };
+    let (out, ()) = tokio::join!(
+        runner.run_level_detailed(0, &level, None, CancellationToken::new(), true),
+        stopper
+    );
+    let r = &out.report;
+    assert_eq!((r.completed, r.failed), (200, 0), "{r:?}");
+    let slow: Vec<_> = out
+        .records
+        .iter()
+        .filter(|x| x.ttft_ms.unwrap() > 150.0)
+        .collect();
+    let queued: Vec<_> = out
+        .records
+        .iter()
+        .filter(|x| x.sent_ms.unwrap() - x.intended_ms > 100.0)
+        .collect();
+    // About rate × stall = 60 requests were due while the server was stopped.
+    assert!(
+        slow.len() >= 30,
+        "only {} requests show the stall in TTFT",
+        slow.len()
+    );
+    assert!(
+        queued.len() >= 25,
+        "client-side queueing not reported apart: {}",
+        queued.len()
+    );
+    assert!(
+        r.ttft_ms.max >= 450.0,
+        "worst TTFT {} ms misses the 600 ms stall",
+        r.ttft_ms.max
+    );
+    assert!(r.queue_ms.max >= 300.0, "{:?}", r.queue_ms);
+}
