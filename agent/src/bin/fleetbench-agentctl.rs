@@ -29,7 +29,26 @@ async fn main() -> std::process::ExitCode {
         Err(e) => {
             // A refusal by the agent reads as its code and message, not tonic's debug form.
             match e.downcast_ref::<tonic::Status>() {
-                Some(s) => eprintln!("fleetbench-agentctl: {:?}: {}", s.code(), s.message()),
+                Some(s) => {
+                    let mut line = format!("{:?}: {}", s.code(), s.message());
+                    let mut src = std::error::Error::source(s);
+                    while let Some(cause) = src {
+                        line.push_str(&format!(": {cause}"));
+                        src = cause.source();
+                    }
+                    eprintln!("fleetbench-agentctl: {line}");
+                    if matches!(
+                        s.code(),
+                        tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Unavailable
+                    ) || s.message().contains("h2 protocol error")
+                    {
+                        eprintln!(
+                            "  the connection failed: check that --agent says https for an agent \
+                             with TLS (http for an insecure one) and that --cert is a client \
+                             certificate signed by the CA the agent trusts"
+                        );
+                    }
+                }
                 None => eprintln!("fleetbench-agentctl: {e:#}"),
             }
             std::process::ExitCode::from(2)
