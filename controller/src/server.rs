@@ -136,11 +136,12 @@ pub async fn start(
                 addr: m,
                 source,
             })?;
-            tasks.push(tokio::spawn(serve_metrics(
-                l,
-                metrics.clone(),
-                shutdown.clone(),
-            )));
+            let (m, stop) = (metrics.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = crate::metrics::serve_until(m, l, stop.cancelled_owned()).await {
+                    tracing::error!(error = %e, "/metrics server stopped");
+                }
+            }));
             Some(a)
         }
         None => None,
@@ -192,28 +193,4 @@ pub async fn start(
         server,
         tasks,
     })
-}
-
-async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let m = metrics.clone();
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    m.render_prometheus(),
-                )
-            }
-        }),
-    );
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
-    {
-        tracing::error!(error = %e, "/metrics server stopped");
-    }
 }

@@ -90,13 +90,18 @@ fn spawn_listening(bin: &str, args: &[&str], log: &Path, name: &str) -> Proc {
 
 /// A loopback agent whose sim engine listens on `sim_port`.
 pub fn spawn_agent(dir: &Path, name: &str, sim_port: u16) -> Proc {
+    spawn_agent_with(dir, name, sim_port, "insecure = true\n")
+}
+
+/// As [`spawn_agent`], with `security` (`insecure = true`, or a `tls = {…}` line) in its config.
+pub fn spawn_agent_with(dir: &Path, name: &str, sim_port: u16, security: &str) -> Proc {
     let data = dir.join(name);
     std::fs::create_dir_all(&data).unwrap();
     let cfg = data.join("agent.toml");
     std::fs::write(
         &cfg,
         format!(
-            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n\
+            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\n{security}data_dir = \"{}\"\n\
              [profiles.sim]\nkind = \"sim\"\nport = {sim_port}\n",
             data.display()
         ),

@@ -1,0 +1,118 @@
+//! mTLS on both sides: the API refuses clients without a certificate from its CA, and the
+//! controller reaches an agent that only speaks mTLS.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fleetbench_controller::config::{AgentTls, ApiTls};
+use fleetbench_controller::{ControllerConfig, HostConfig, metrics::Metrics};
+use fleetbench_proto::controllerpb::{
+    JobState, ListJobsRequest, SubmitJobRequest, controller_client::ControllerClient,
+};
+use fleetbench_support::tls::{client_tls, generate_dev_certs};
+use tonic::transport::Endpoint;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_api_and_mtls_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = generate_dev_certs(&dir.path().join("certs"), &[], false).unwrap();
+    let agent = spawn_agent_with(
+        dir.path(),
+        "secure",
+        fleetbench_testkit::free_port(),
+        &format!(
+            "tls = {{ cert = \"{}\", key = \"{}\", client_ca = \"{}\" }}\n",
+            certs.agent_cert.display(),
+            certs.agent_key.display(),
+            certs.ca_cert.display()
+        ),
+    );
+    let mut cfg =
+        ControllerConfig::local(&format!("sqlite://{}", dir.path().join("c.db").display()));
+    cfg.heartbeat_interval = Duration::from_millis(300);
+    cfg.hosts = vec![HostConfig {
+        name: "secure".into(),
+        address: agent.addr.to_string(),
+        labels: Default::default(),
+    }];
+    cfg.agent_tls = Some(AgentTls {
+        ca: certs.ca_cert.clone(),
+        cert: certs.controller_cert.clone(),
+        key: certs.controller_key.clone(),
+        domain: Some("localhost".into()),
+    });
+    // The dev CA's server certificate (SANs localhost, 127.0.0.1) serves the API too.
+    cfg.api.tls = Some(ApiTls {
+        cert: certs.agent_cert.clone(),
+        key: certs.agent_key.clone(),
+        client_ca: certs.ca_cert.clone(),
+    });
+    let ctl = fleetbench_controller::start(cfg, Metrics::new())
+        .await
+        .unwrap();
+
+    // Plain HTTP/2 gets nowhere.
+    let plain = ControllerClient::connect(format!("http://{}", ctl.addr)).await;
+    if let Ok(mut c) = plain {
+        assert!(c.list_jobs(ListJobsRequest { limit: 0 }).await.is_err());
+    }
+    // TLS without a client certificate is refused in the handshake.
+    let no_cert = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(
+            std::fs::read(&certs.ca_cert).unwrap(),
+        ))
+        .domain_name("localhost");
+    let refused = async {
+        let ch = Endpoint::from_shared(format!("https://{}", ctl.addr))
+            .unwrap()
+            .tls_config(no_cert)
+            .unwrap()
+            .connect()
+            .await?;
+        ControllerClient::new(ch)
+            .list_jobs(ListJobsRequest { limit: 0 })
+            .await
+            .map_err(|e| -> Box<dyn std::error::Error> { Box::new(e) })?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    }
+    .await;
+    assert!(
+        refused.is_err(),
+        "a client without a certificate got through"
+    );
+
+    // With the controller's client certificate: a job runs on the mTLS agent.
+    let tls = client_tls(
+        &certs.ca_cert,
+        &certs.controller_cert,
+        &certs.controller_key,
+        "localhost",
+    )
+    .unwrap();
+    let ch = Endpoint::from_shared(format!("https://{}", ctl.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = ControllerClient::new(ch);
+    let spec =
+        sim_spec("tls", 1, &["secure"]).replace("concurrency = [1, 2, 4, 8]", "concurrency = [1]");
+    let r = c
+        .submit_job(SubmitJobRequest {
+            spec_toml: spec,
+            file_name: "tls.toml".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let job = wait_job(&mut c, &r.job_id, Duration::from_secs(120)).await;
+    assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
+    assert_eq!(job.levels_done, 2);
+    ctl.shutdown().await;
+}
