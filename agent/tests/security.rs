@@ -116,7 +116,6 @@ async fn disallowed_program_flag_value_and_env_are_refused_and_nothing_starts() 
     let agent = Agent::start("").unwrap();
     let mut c = agent.client().await.unwrap();
     let port = fleetbench_testkit::free_port();
-    let before = processes().len();
 
     let refuse = |spec: agentpb::EngineSpec| {
         let mut c = c.clone();
@@ -199,7 +198,6 @@ async fn disallowed_program_flag_value_and_env_are_refused_and_nothing_starts() 
         processes().iter().all(|p| p.2 != agent.child.id() as i32),
         "the agent has a child"
     );
-    let _ = before;
 }
 
 #[test]

@@ -220,7 +220,7 @@ pub fn alive(pid: i32) -> bool {
         .ok()
         .and_then(|s| {
             s.rfind(')')
-                .map(|c| s[c + 1..].trim_start().chars().next() != Some('Z'))
+                .map(|c| !s[c + 1..].trim_start().starts_with('Z'))
         })
         .unwrap_or(false)
 }
