@@ -11,8 +11,9 @@ use fleetbench_loadgen::{
     Api, BenchConfig, BenchReport, Bound, DatasetSpec, Level, LoadgenError, Runner, Slo, table,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
+
+use super::bench_sim::Sim;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DatasetKind {
@@ -353,63 +354,64 @@ fn level_name(l: &Level) -> String {
     }
 }
 
-/// A `fleetbench-sim` child process on a free loopback port.
-struct Sim {
-    child: tokio::process::Child,
-    url: String,
-}
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
 
-impl Sim {
-    async fn start(a: &Args) -> anyhow::Result<Sim> {
-        let exe = std::env::current_exe().context("cannot locate this executable")?;
-        let path = exe.with_file_name("fleetbench-sim");
-        if !path.is_file() {
-            bail!(
-                "--sim: {} not found (build it next to fleetbench: cargo build --release -p fleetbench-sim)",
-                path.display()
-            );
-        }
-        let mut cmd = tokio::process::Command::new(&path);
-        cmd.args(["--host", "127.0.0.1", "--port", "0"]);
-        if a.sim_mode == SimMode::Fixed {
-            cmd.arg("--ttft-ms")
-                .arg(a.sim_ttft_ms.to_string())
-                .arg("--itl-ms")
-                .arg(a.sim_itl_ms.to_string());
-        }
-        if let Some(m) = &a.model {
-            cmd.arg("--model").arg(m);
-        }
-        cmd.args(&a.sim_arg)
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("--sim: cannot start {}", path.display()))?;
-        let stdout = child.stdout.take().context("--sim: no stdout")?;
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let url = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await? {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    return Ok(rest.trim().to_string());
-                }
-            }
-            anyhow::Ok(String::new())
-        })
-        .await
-        .context("--sim: the simulator did not say where it listens within 60 s")??;
-        if url.is_empty() {
-            let status = child.wait().await.ok();
-            bail!("--sim: the simulator exited before listening ({status:?})");
-        }
-        // Keep draining its stdout so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        eprintln!("started fleetbench-sim at {url}");
-        Ok(Sim { child, url })
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
     }
 
-    async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
+    fn parse(line: &str) -> anyhow::Result<BenchConfig> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(line.split_whitespace()))?;
+        config(&cli.args, "http://127.0.0.1:1".into())
+    }
+
+    #[test]
+    fn flags_become_a_config() {
+        let c = parse("--concurrency 1,64,512 --num-prompts 50 --input-len 32 --output-len 64 --slo ttft_ms=100").unwrap();
+        assert_eq!(
+            c.levels
+                .iter()
+                .map(|l| l.concurrency.unwrap())
+                .collect::<Vec<_>>(),
+            vec![1, 64, 512]
+        );
+        assert_eq!(c.bound, Bound::Requests(50));
+        assert_eq!(
+            c.dataset,
+            DatasetSpec::Random {
+                input_len: 32,
+                output_len: 64,
+                range_ratio: 1.0
+            }
+        );
+        assert_eq!(c.slo.unwrap().ttft_ms, Some(100.0));
+        let c = parse("--request-rate 5,20 --max-concurrency 8 --burstiness 0.5 --duration 2s")
+            .unwrap();
+        assert_eq!(c.levels[1].request_rate, Some(20.0));
+        assert_eq!(c.levels[1].concurrency, Some(8));
+        assert_eq!(c.bound, Bound::Duration(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let err = |line: &str| format!("{:#}", parse(line).unwrap_err());
+        assert!(err("--num-prompts 5").contains("--concurrency"));
+        assert!(err("--concurrency 0").contains("--concurrency"));
+        assert!(err("--concurrency 2 --range-ratio 2").contains("--range-ratio"));
+        assert!(err("--concurrency 2 --percentiles 150").contains("--percentiles"));
+        assert!(err("--concurrency 2 --dataset jsonl").contains("--dataset-path"));
+        assert!(
+            err("--concurrency 2 --dataset-path /nonexistent --dataset sharegpt")
+                .contains("--dataset-path")
+        );
+        assert!(err("--concurrency 2 --slo ttft=3").contains("--slo"));
+        assert!(err("--concurrency 2 --api grpc").contains("--api"));
+        assert!(err("--concurrency 2 --duration soon").contains("--duration"));
     }
 }

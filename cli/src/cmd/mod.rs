@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub mod bench;
+pub mod bench_sim;
 pub mod certs;
 pub mod compare;
 pub mod diff;
