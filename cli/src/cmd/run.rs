@@ -187,10 +187,9 @@ async fn finish(client: &mut Client, job: &Job, dir: &Path) -> anyhow::Result<()
         .await
         .context("Compare")?
         .into_inner();
-    // TEMP-REPORT: until cli/src/report lands
-    println!("{compare:#?}");
-    let _ = (&results, dir);
-    let files: Vec<PathBuf> = Vec::new();
+    crate::report::print_compare(&compare);
+    let files = crate::report::write_all(dir, &results, &compare)
+        .with_context(|| format!("writing the report to {}", dir.display()))?;
     for f in files {
         println!("wrote {}", f.display());
     }
