@@ -1,0 +1,113 @@
+//! `fleetbench run` end to end with the embedded controller and local agent (sim engine), and
+//! its refusal of an invalid spec; `fleetbench jobs` reading the embedded store.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn fleetbench(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fleetbench"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("FLEETBENCH_CONTROLLER")
+        .output()
+        .expect("run fleetbench")
+}
+
+const SPEC: &str = r#"name = "tiny"
+[[configs]]
+name = "A"
+engine = "sim"
+model = "sim-model"
+flags = { "--ttft-ms" = 5, "--itl-ms" = 4 }
+
+[[configs]]
+name = "B"
+extends = "A"
+flags = { "--itl-ms" = 6 }
+
+[[workloads]]
+name = "w"
+dataset = "random"
+input_len = 8
+output_len = 8
+
+[load]
+concurrency = [1, 4]
+requests = 8
+"#;
+
+#[test]
+fn run_embedded_writes_the_report_and_jobs_lists_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.toml"), SPEC).unwrap();
+    let out = fleetbench(dir.path(), &["run", "tiny.toml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("(tiny): succeeded"), "{stdout}");
+    assert!(stdout.contains("trials 2/2  levels 4/4"), "{stdout}");
+    for f in ["results.json", "results.csv", "report.html"] {
+        let p = dir.path().join("fleetbench-results/tiny").join(f);
+        assert!(
+            p.metadata().map(|m| m.len() > 0).unwrap_or(false),
+            "{} missing",
+            p.display()
+        );
+    }
+    let json =
+        std::fs::read_to_string(dir.path().join("fleetbench-results/tiny/results.json")).unwrap();
+    assert!(json.contains("\"A\"") && json.contains("\"B\""), "{json}");
+
+    // The job is kept in the embedded store under ./fleetbench-data.
+    let jobs = fleetbench(dir.path(), &["jobs"]);
+    let text = String::from_utf8_lossy(&jobs.stdout);
+    assert!(jobs.status.success(), "{text}");
+    assert!(
+        text.contains("tiny") && text.contains("succeeded") && text.contains("4/4"),
+        "{text}"
+    );
+}
+
+#[test]
+fn run_refuses_an_invalid_spec_with_every_problem_and_submits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = SPEC
+        .replace("\"--itl-ms\" = 6", "\"--itl-ms\" = \"slow\"")
+        .replace("requests = 8", "requests = 0");
+    std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
+    let out = fleetbench(dir.path(), &["run", "bad.toml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let problems: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("bad.toml:"))
+        .collect();
+    assert!(problems.len() >= 2, "{stderr}");
+    assert!(
+        problems
+            .iter()
+            .any(|l| l.contains("--itl-ms") && l.starts_with("bad.toml:11:")),
+        "{stderr}"
+    );
+    assert!(
+        problems.iter().any(|l| l.contains("load.requests")),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("fleetbench-results").exists());
+    let jobs = fleetbench(dir.path(), &["jobs"]);
+    assert!(String::from_utf8_lossy(&jobs.stdout).contains("no jobs"));
+}
+
+#[test]
+fn job_commands_without_a_controller_say_how_to_give_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["agents"][..], &["watch", "x"][..]] {
+        let out = fleetbench(dir.path(), args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--controller") && err.contains("FLEETBENCH_CONTROLLER"),
+            "{err}"
+        );
+    }
+}
