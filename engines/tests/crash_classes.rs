@@ -250,3 +250,41 @@ fn evidence_beats_the_manner_of_death() {
     assert_eq!(c.class, CrashClass::StartupTimeout);
     assert!(c.summary.contains("not ready before the start deadline"));
 }
+
+#[test]
+fn real_torch_errors_recorded_on_an_h200() {
+    let c = run(
+        EngineKind::Sglang,
+        exited(1),
+        "crash/torch_h200_cuda_oom.log",
+    );
+    assert_eq!(c.class, CrashClass::Oom);
+    assert_eq!(c.exception_type, "torch.OutOfMemoryError");
+    assert!(
+        c.message
+            .starts_with("CUDA out of memory. Tried to allocate 200.00 GiB.")
+    );
+    assert_eq!(c.frames, ["<stdin>:5 in <module>", "<stdin>:4 in alloc"]);
+
+    let c = run(
+        EngineKind::Sglang,
+        exited(1),
+        "crash/torch_h200_nan_assert.log",
+    );
+    assert_eq!(c.class, CrashClass::Nan);
+    assert_eq!(c.exception_type, "torch.AcceleratorError");
+    assert_eq!(c.message, "CUDA error: device-side assert triggered");
+
+    // The same device-side assert without a NaN check behind it is a CUDA error.
+    let c = run(
+        EngineKind::Sglang,
+        exited(1),
+        "crash/torch_h200_index_assert.log",
+    );
+    assert_eq!(c.class, CrashClass::CudaError);
+    assert_eq!(c.exception_type, "torch.AcceleratorError");
+    assert_eq!(
+        c.frames.last().unwrap(),
+        "torch/cuda/__init__.py:1162 in synchronize: return torch._C._cuda_synchronize()"
+    );
+}
