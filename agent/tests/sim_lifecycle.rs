@@ -312,4 +312,12 @@ async fn crash_above_batch_size_ends_the_level_crashed_with_the_traceback() {
         "AttributeError"
     );
     assert!(group_members(pid as i32).is_empty());
+    // Stopping after a crash leaves the agent idle, the crash still readable.
+    let st = c
+        .stop_engine(agentpb::StopEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.state, agentpb::EngineState::Idle as i32);
+    assert_eq!(st.last_crash.unwrap().exception_type, "AttributeError");
 }

@@ -175,7 +175,15 @@ impl Task {
                     span,
                 } => self.apply(*plan, run_id, events, span).await,
                 Command::Stop { reason, reply } => {
-                    self.stop_engine(&reason).await;
+                    if self.stop_engine(&reason).await.is_none()
+                        && self.state.borrow().state == EngineState::Failed
+                    {
+                        // Nothing runs after a crash; the crash stays readable in last_crash.
+                        self.publish(|s| {
+                            s.state = EngineState::Idle;
+                            s.since_unix_ms = now_unix_ms();
+                        });
+                    }
                     let _ = reply.send(self.state.borrow().to_status());
                 }
                 Command::Shutdown { reply } => {
