@@ -7,8 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use comfy_table::presets::UTF8_HORIZONTAL_ONLY;
-use comfy_table::{ContentArrangement, Table};
+use comfy_table::ContentArrangement;
 use fleetbench_proto::controllerpb::Run;
 use serde_json::Value;
 
@@ -121,14 +120,13 @@ pub fn diff_runs(a: &Run, b: &Run) -> RunDiff {
 }
 
 fn title(run: &Run) -> String {
-    format!("{} ({} on {})", run.run_id, run.config_name, run.host)
+    format!("{}\n{} on {}", run.run_id, run.config_name, run.host)
 }
 
 /// The diff as a side-by-side table.
 pub fn render_diff(a: &Run, b: &Run, d: &RunDiff) -> String {
-    let mut t = Table::new();
-    t.load_preset(UTF8_HORIZONTAL_ONLY)
-        .set_content_arrangement(ContentArrangement::Dynamic)
+    let mut t = super::table::compact_table();
+    t.set_content_arrangement(ContentArrangement::Dynamic)
         .set_width(160)
         .set_header(vec!["".to_string(), title(a), title(b)]);
     for r in &d.rows {

@@ -1,8 +1,8 @@
 //! The comparison as terminal tables: per workload, every level and config with throughput,
 //! latency percentiles and errors, the winner with its margin; then crossovers and crashes.
 
-use comfy_table::presets::UTF8_HORIZONTAL_ONLY;
-use comfy_table::{Cell, CellAlignment, Table};
+use comfy_table::presets::NOTHING;
+use comfy_table::{Cell, CellAlignment, Table, TableComponent};
 use fleetbench_proto::controllerpb::{CompareGroup, CompareResponse};
 
 use super::{crash_class_name, crash_line, fmt_ms, fmt_num};
@@ -43,16 +43,22 @@ pub fn render_compare(compare: &CompareResponse) -> String {
     if !compare.crashes.is_empty() {
         out.push_str("\nCrashes:\n");
         for c in &compare.crashes {
-            let (class, line, frame) = match &c.crash {
-                Some(k) => (
-                    crash_class_name(k.class),
-                    crash_line(k),
-                    k.frames.last().cloned(),
-                ),
-                None => ("unknown".to_string(), String::new(), None),
+            let (line, frame) = match &c.crash {
+                Some(k) => {
+                    // A summary usually starts with the class already.
+                    let class = crash_class_name(k.class);
+                    let line = crash_line(k);
+                    let line = if line.starts_with(&class) {
+                        line
+                    } else {
+                        format!("{class}: {line}")
+                    };
+                    (line, k.frames.last().cloned())
+                }
+                None => ("unknown".to_string(), None),
             };
             out.push_str(&format!(
-                "  {} on {} ({} {}): {class}: {line}\n",
+                "  {} on {} ({} {}): {line}\n",
                 c.config_name, c.host, c.workload, c.level_label
             ));
             if let Some(f) = frame {
@@ -64,9 +70,19 @@ pub fn render_compare(compare: &CompareResponse) -> String {
     out
 }
 
-fn workload_table(groups: &[&CompareGroup]) -> Table {
+/// A table with a rule under its header and no other lines.
+pub(crate) fn compact_table() -> Table {
     let mut t = Table::new();
-    t.load_preset(UTF8_HORIZONTAL_ONLY);
+    t.load_preset(NOTHING)
+        .set_style(TableComponent::HeaderLines, '─')
+        .set_style(TableComponent::MiddleHeaderIntersections, '─')
+        .set_style(TableComponent::LeftHeaderIntersection, '─')
+        .set_style(TableComponent::RightHeaderIntersection, '─');
+    t
+}
+
+fn workload_table(groups: &[&CompareGroup]) -> Table {
+    let mut t = compact_table();
     t.set_header(vec![
         "level",
         "config",
@@ -129,10 +145,10 @@ fn workload_table(groups: &[&CompareGroup]) -> Table {
     t
 }
 
-/// `winner +12.3% over b (significant)`.
+/// `winner +12.3% vs b, significant`.
 pub(crate) fn winner_note(g: &CompareGroup) -> String {
     if g.runner_up_config.is_empty() {
-        return "winner (only config that ran every repeat)".into();
+        return "winner (the others crashed or failed)".into();
     }
     let sig = if g.margin_significant {
         "significant"
@@ -140,7 +156,7 @@ pub(crate) fn winner_note(g: &CompareGroup) -> String {
         "within run-to-run noise"
     };
     format!(
-        "winner +{:.1}% over {} ({sig})",
+        "winner +{:.1}% vs {}, {sig}",
         g.margin_pct, g.runner_up_config
     )
 }
