@@ -96,17 +96,23 @@ pub fn spawn_agent(dir: &Path, name: &str, sim_port: u16) -> Proc {
 /// As [`spawn_agent`], with `security` (`insecure = true`, or a `tls = {…}` line) in its config.
 pub fn spawn_agent_with(dir: &Path, name: &str, sim_port: u16, security: &str) -> Proc {
     let data = dir.join(name);
-    std::fs::create_dir_all(&data).unwrap();
-    let cfg = data.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
+    spawn_agent_toml(
+        dir,
+        name,
+        &format!(
             "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\n{security}data_dir = \"{}\"\n\
              [profiles.sim]\nkind = \"sim\"\nport = {sim_port}\n",
             data.display()
         ),
     )
-    .unwrap();
+}
+
+/// An agent with this whole config file (its data directory is `dir/name`).
+pub fn spawn_agent_toml(dir: &Path, name: &str, toml: &str) -> Proc {
+    let data = dir.join(name);
+    std::fs::create_dir_all(&data).unwrap();
+    let cfg = data.join("agent.toml");
+    std::fs::write(&cfg, toml).unwrap();
     spawn_listening(
         "fleetbench-agent",
         &["--config", cfg.to_str().unwrap()],
