@@ -90,26 +90,50 @@ pub fn spawn(
     })
 }
 
+/// Splits a pipe into lines at `\n` or `\r` (progress bars redraw with `\r` only, and would
+/// otherwise grow one endless line), each cut at [`MAX_LINE`] bytes.
 async fn read_lines<R: AsyncRead + Unpin>(
     pipe: R,
     stream: LogStream,
     tx: mpsc::Sender<(LogStream, String)>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, pipe);
-    let mut buf = Vec::with_capacity(1024);
+    let mut line: Vec<u8> = Vec::with_capacity(1024);
+    let mut after_cr = false;
     loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                while matches!(buf.last(), Some(b'\n' | b'\r')) {
-                    buf.pop();
+        let (consumed, delim) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => {
+                if !line.is_empty() {
+                    let _ = tx
+                        .send((stream, String::from_utf8_lossy(&line).into_owned()))
+                        .await;
                 }
-                buf.truncate(MAX_LINE);
-                let line = String::from_utf8_lossy(&buf).into_owned();
-                if tx.send((stream, line)).await.is_err() {
-                    return;
+                return;
+            }
+            Ok(buf) => match buf.iter().position(|b| *b == b'\n' || *b == b'\r') {
+                Some(i) => {
+                    let room = MAX_LINE.saturating_sub(line.len());
+                    line.extend_from_slice(&buf[..i.min(room)]);
+                    (i + 1, Some(buf[i]))
                 }
+                None => {
+                    let room = MAX_LINE.saturating_sub(line.len());
+                    line.extend_from_slice(&buf[..buf.len().min(room)]);
+                    (buf.len(), None)
+                }
+            },
+        };
+        reader.consume(consumed);
+        let Some(d) = delim else { continue };
+        // An empty piece after '\r' is the '\n' of "\r\n" or a repeated redraw, not a line;
+        // a blank line ended by '\n' alone is kept (tracebacks have them).
+        let emit = !line.is_empty() || (d == b'\n' && !after_cr);
+        after_cr = d == b'\r';
+        if emit {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            line.clear();
+            if tx.send((stream, text)).await.is_err() {
+                return;
             }
         }
     }
@@ -139,5 +163,44 @@ async fn process_lines(
             line,
             run_id: run_id.clone(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_split_at_newline_and_carriage_return() {
+        let input: &[u8] = b"a\r\nb\n\nLoading 10%\rLoading 50%\rLoading 100%\ndone";
+        let (tx, mut rx) = mpsc::channel(16);
+        read_lines(input, LogStream::Stdout, tx).await;
+        let mut got = Vec::new();
+        while let Some((_, l)) = rx.recv().await {
+            got.push(l);
+        }
+        assert_eq!(
+            got,
+            [
+                "a",
+                "b",
+                "",
+                "Loading 10%",
+                "Loading 50%",
+                "Loading 100%",
+                "done"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_cut() {
+        let long = vec![b'x'; MAX_LINE * 3 + 5];
+        let mut input = long.clone();
+        input.extend_from_slice(b"\nnext\n");
+        let (tx, mut rx) = mpsc::channel(16);
+        read_lines(&input[..], LogStream::Stderr, tx).await;
+        assert_eq!(rx.recv().await.unwrap().1.len(), MAX_LINE);
+        assert_eq!(rx.recv().await.unwrap().1, "next");
     }
 }
