@@ -22,12 +22,13 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts an agent with TLS from fresh dev certificates; `extra` is appended to its config.
+    /// Starts an agent with TLS from fresh dev certificates; `extra` (top-level keys first, then
+    /// tables) goes into its config before the `[tls]` table.
     pub fn start(extra: &str) -> Result<Agent> {
         let dir = tempfile::tempdir()?;
         let certs = generate_dev_certs(&dir.path().join("certs"), &[], false)?;
         let config = format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = {data:?}\nrelease_timeout_s = 20\n\n[tls]\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {ca:?}\n\n{extra}\n",
+            "listen = \"127.0.0.1:0\"\ndata_dir = {data:?}\nrelease_timeout_s = 20\n{extra}\n\n[tls]\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {ca:?}\n",
             data = dir.path().join("data"),
             cert = certs.agent_cert,
             key = certs.agent_key,
