@@ -302,6 +302,7 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
     drop(probe_span);
     assert!(report.pairs.is_empty() || report.unavailable_reason.is_empty());
 
+    let exposition = handle.metrics.render_prometheus();
     handle.shutdown().await;
     agent.terminate(); // the agent flushes its spans as it exits
     drop(guard); // spans, then metrics
@@ -577,10 +578,22 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
         };
         assert!(kind_ok, "{}: {:?} data {data:?}", m.name, m.kind);
     }
-    for name in received.keys() {
+    for (name, (unit, data)) in &received {
         assert!(
             docs.contains(&format!("`{name}`")),
             "metric {name} is not documented in docs/observability.md"
+        );
+        // The OTLP series and the scrape endpoint meet under one Prometheus name.
+        let (kind, prom_type) = match data {
+            Some(metric::Data::Sum(s)) if s.is_monotonic => (names::Kind::Counter, "counter"),
+            Some(metric::Data::Gauge(_)) => (names::Kind::Gauge, "gauge"),
+            Some(metric::Data::Histogram(_)) => (names::Kind::Histogram, "histogram"),
+            other => panic!("{name}: unexpected data {other:?}"),
+        };
+        let prom = names::prometheus_name(name, unit, kind);
+        assert!(
+            exposition.contains(&format!("# TYPE {prom} {prom_type}\n")),
+            "{name} [{unit}] is {prom} on the OTLP path, but /metrics does not serve it"
         );
     }
 }

@@ -42,6 +42,8 @@ pub const ENV_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
 pub const ENV_OTLP_METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
 /// The standard variable naming the service.
 pub const ENV_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+/// Log filter when neither the config nor `RUST_LOG` gives one.
+pub const DEFAULT_LOG_FILTER: &str = "info,opentelemetry=warn,opentelemetry_sdk=warn";
 /// `true` turns every exporter off (OpenTelemetry's general switch).
 pub const ENV_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 
@@ -323,7 +325,8 @@ fn build_log_filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryErro
         Some(d) => ("log_filter", d),
         None => match non_empty(std::env::var("RUST_LOG").ok()) {
             Some(d) => ("RUST_LOG", d),
-            None => ("default", "info".to_string()),
+            // The SDK announces its own set-up at INFO; that is noise in a service's log.
+            None => ("default", DEFAULT_LOG_FILTER.to_string()),
         },
     };
     EnvFilter::builder()
