@@ -221,6 +221,11 @@ name = "fragile"
 extends = "steady"
 flags = { "--crash-above-batch" = 2 }
 
+[[configs]]
+name = "no-memory"
+extends = "steady"
+flags = { "--fault" = "oom-at-start" }
+
 [[workloads]]
 name = "short"
 dataset = "random"
@@ -278,7 +283,7 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
         .unwrap()
         .into_inner();
     assert!(resp.errors.is_empty(), "{:?}", resp.errors);
-    assert_eq!(resp.trial_count, 2);
+    assert_eq!(resp.trial_count, 3);
     let job = common::wait_job(&mut client, &resp.job_id, Duration::from_secs(180)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
 
@@ -340,7 +345,7 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
         .copied()
         .filter(|s| s.name == "trial")
         .collect();
-    assert_eq!(trials.len(), 2, "one trial span per trial");
+    assert_eq!(trials.len(), 3, "one trial span per trial");
     let mut trial_configs = BTreeSet::new();
     for t in &trials {
         assert_eq!(parent_of(t).map(|p| p.name.as_str()), Some("job"));
@@ -352,7 +357,7 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
     }
     assert_eq!(
         trial_configs,
-        BTreeSet::from(["fragile".to_string(), "steady".to_string()])
+        BTreeSet::from(["fragile".into(), "no-memory".into(), "steady".to_string()])
     );
 
     let applies: Vec<&Span> = in_trace
@@ -361,29 +366,42 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
         .filter(|s| s.name == "engine.apply" && s.service == "fleetbench-controller")
         .collect();
     assert!(
-        applies.len() >= 2,
+        applies.len() >= 3,
         "an engine.apply per trial: {}",
         applies.len()
     );
+    let mut failed_starts = 0;
     for a in &applies {
-        assert_eq!(parent_of(a).map(|p| p.name.as_str()), Some("trial"));
+        let trial = parent_of(a).expect("engine.apply has a parent");
+        assert_eq!(trial.name, "trial");
         assert_eq!(a.s("fleetbench.host"), "h1");
-        assert!(a.num("fleetbench.engine.start_s") >= 0.0);
         assert!(
             a.events.iter().any(|e| e == "engine spawned"),
             "spawn event: {:?}",
             a.events
         );
-        assert!(
-            a.events.iter().any(|e| e == "engine ready"),
-            "ready event: {:?}",
-            a.events
-        );
-        assert_ne!(
-            a.status_code, 2,
-            "both configs start: no engine.apply ends in ERROR"
-        );
+        if trial.s("fleetbench.config.name") == "no-memory" {
+            // The classification on failure: status ERROR, the crash class, the event.
+            failed_starts += 1;
+            assert_eq!(a.status_code, 2, "a failed start ends in ERROR: {a:?}");
+            assert_eq!(a.s("fleetbench.crash.class"), "oom");
+            assert!(
+                a.events.iter().any(|e| e == "engine failed to start"),
+                "{:?}",
+                a.events
+            );
+            assert!(!a.events.iter().any(|e| e == "engine ready"));
+        } else {
+            assert!(a.num("fleetbench.engine.start_s") >= 0.0);
+            assert!(
+                a.events.iter().any(|e| e == "engine ready"),
+                "ready event: {:?}",
+                a.events
+            );
+            assert_ne!(a.status_code, 2, "{a:?}");
+        }
     }
+    assert!(failed_starts >= 1, "the no-memory config fails at start");
 
     let levels: Vec<&Span> = in_trace
         .iter()
