@@ -214,14 +214,12 @@ async fn an_engine_that_cannot_start_is_a_classified_result() {
     let agent = spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
     let ctl = controller(dir.path(), &[&agent], |_| {}).await;
     let mut c = client(ctl.addr).await;
-    let id = submit(
-        &mut c,
-        &spec("oom", r#", "--fault" = "oom-at-start""#, "1, 2", 4),
-    )
-    .await;
+    let oom = "\n[[configs]]\nname = \"B\"\nextends = \"A\"\n\
+               flags = { \"--fault\" = \"oom-at-start\" }\n";
+    let id = submit(&mut c, &format!("{}{oom}", spec("oom", "", "1, 2", 4))).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
-    assert_eq!((job.trials_done, job.levels_done, job.crashes), (1, 0, 1));
+    assert_eq!((job.trials_done, job.levels_done, job.crashes), (2, 2, 1));
     let r = c
         .get_results(GetResultsRequest {
             job_ids: vec![id.clone()],
@@ -230,16 +228,24 @@ async fn an_engine_that_cannot_start_is_a_classified_result() {
         .await
         .unwrap()
         .into_inner();
+    let b_runs: Vec<_> = r.runs.iter().filter(|r| r.config_name == "B").collect();
     assert_eq!(
-        r.runs.len(),
+        b_runs.len(),
         1,
-        "an engine failure is not retried: {:#?}",
-        r.runs
+        "an engine failure is not retried: {b_runs:#?}"
     );
-    assert_eq!(r.runs[0].state, RunState::EngineFailed as i32);
-    assert_eq!(r.runs[0].crash.as_ref().unwrap().class(), CrashClass::Oom);
+    assert_eq!(b_runs[0].state, RunState::EngineFailed as i32);
+    assert_eq!(b_runs[0].crash.as_ref().unwrap().class(), CrashClass::Oom);
     let trials = ctl.store.trials(&id).await.unwrap();
-    assert_eq!(trials[0].state, TrialState::EngineFailed);
+    assert_eq!(trials[1].state, TrialState::EngineFailed);
+    assert!(r.levels.iter().all(|l| l.config_name == "A"));
+
+    // When no engine started at all, nothing was measured: the job fails and says why.
+    let only_oom = spec("oom-only", r#", "--fault" = "oom-at-start""#, "1", 2);
+    let id = submit(&mut c, &only_oom).await;
+    let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
+    assert_eq!(job.state, JobState::Failed as i32, "{job:?}");
+    assert!(job.error.contains("nothing was measured"), "{}", job.error);
     ctl.shutdown().await;
 }
 

@@ -182,6 +182,8 @@ async fn drive(
         (JobState::Cancelled, String::new(), "cancelled")
     } else if let Some(f) = failure {
         (JobState::Failed, f, "failed")
+    } else if let Some(f) = nothing_measured(ctx, job_id).await? {
+        (JobState::Failed, f, "failed")
     } else {
         (JobState::Succeeded, String::new(), "succeeded")
     };
@@ -247,6 +249,19 @@ async fn settle(
         TrialOutcome::Store(e) => return Err(e),
     }
     Ok(None)
+}
+
+/// A job whose every trial failed to start its engine measured nothing: a failure, not a
+/// result (one config failing to start, next to others that ran, is a result).
+async fn nothing_measured(ctx: &Ctx, job_id: &str) -> Result<Option<String>, StoreError> {
+    let trials = ctx.store.trials(job_id).await?;
+    if trials.is_empty() || trials.iter().any(|t| t.state != TrialState::EngineFailed) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "nothing was measured: every trial's engine failed to start (first: {})",
+        trials[0].reason
+    )))
 }
 
 fn no_host_message(ctx: &Ctx, spec: &spec::JobSpec, waited: Duration) -> String {

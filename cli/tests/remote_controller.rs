@@ -1,0 +1,159 @@
+//! The job commands against a separate controller (`--controller`, `--token`): `agents`, `run`,
+//! `watch`, `jobs`. Controller and agent run in this test process on loopback ports; the CLI
+//! is the real binary.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use fleetbench_controller::{ControllerConfig, HostConfig, metrics::Metrics};
+
+const SPEC: &str = r#"name = "remote"
+[[configs]]
+name = "A"
+engine = "sim"
+model = "sim-model"
+flags = { "--ttft-ms" = 5, "--itl-ms" = 4 }
+
+[[workloads]]
+name = "w"
+dataset = "random"
+input_len = 8
+output_len = 8
+
+[load]
+concurrency = [1, 2]
+requests = 6
+"#;
+
+fn fleetbench(cwd: &Path, args: &[&str], token: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetbench"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("FLEETBENCH_CONTROLLER");
+    match token {
+        Some(t) => cmd.env("FLEETBENCH_TOKEN", t),
+        None => cmd.env_remove("FLEETBENCH_TOKEN"),
+    };
+    cmd.output().expect("run fleetbench")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_watch_jobs_and_agents_against_a_controller_with_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    // The sim program sits next to the `fleetbench` binary, not next to this test executable.
+    let mut agent_cfg = fleetbench_agent::AgentConfig::local(dir.path().join("agent"));
+    agent_cfg
+        .profiles
+        .get_mut("sim")
+        .expect("built-in sim profile")
+        .program = Path::new(env!("CARGO_BIN_EXE_fleetbench"))
+        .with_file_name("fleetbench-sim")
+        .display()
+        .to_string();
+    let agent = fleetbench_agent::start(agent_cfg).await.unwrap();
+    let mut cfg =
+        ControllerConfig::local(&format!("sqlite://{}", dir.path().join("c.db").display()));
+    cfg.api_token = Some("t0ken".into());
+    cfg.hosts = vec![HostConfig {
+        name: "gpu-a".into(),
+        address: agent.addr.to_string(),
+        labels: BTreeMap::from([("rack".to_string(), "r1".to_string())]),
+    }];
+    let ctl = fleetbench_controller::start(cfg, Metrics::new())
+        .await
+        .unwrap();
+    let url = ctl.url();
+    std::fs::write(dir.path().join("remote.toml"), SPEC).unwrap();
+    let cwd = dir.path().to_path_buf();
+
+    let out = tokio::task::spawn_blocking({
+        let (cwd, url) = (cwd.clone(), url.clone());
+        move || {
+            // Without the token the controller refuses, and the message says what is missing.
+            let denied = fleetbench(&cwd, &["jobs", "--controller", &url], None);
+            // Wait until the host's first heartbeat made it ready.
+            let mut agents = fleetbench(&cwd, &["agents", "--controller", &url], Some("t0ken"));
+            for _ in 0..50 {
+                if String::from_utf8_lossy(&agents.stdout).contains("ready") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                agents = fleetbench(&cwd, &["agents", "--controller", &url], Some("t0ken"));
+            }
+            let run = fleetbench(
+                &cwd,
+                &[
+                    "run",
+                    "remote.toml",
+                    "--controller",
+                    &url,
+                    "--output",
+                    "out",
+                ],
+                Some("t0ken"),
+            );
+            (denied, agents, run)
+        }
+    })
+    .await
+    .unwrap();
+    let (denied, agents, run) = out;
+    assert!(!denied.status.success(), "{}", text(&denied));
+    assert!(text(&denied).contains("Bearer"), "{}", text(&denied));
+    let a = text(&agents);
+    assert!(
+        a.contains("gpu-a") && a.contains("ready") && a.contains("rack=r1"),
+        "{a}"
+    );
+    let r = text(&run);
+    assert!(run.status.success(), "{r}");
+    assert!(!r.contains("embedded"), "{r}");
+    assert!(dir.path().join("out/report.html").exists(), "{r}");
+    let job_id = r
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("job ")?
+                .split(' ')
+                .next()
+                .map(str::to_string)
+        })
+        .expect("job id printed");
+
+    let (watch, jobs) = tokio::task::spawn_blocking(move || {
+        (
+            fleetbench(
+                &cwd,
+                &["watch", &job_id, "--controller", &url],
+                Some("t0ken"),
+            ),
+            fleetbench(&cwd, &["jobs", "--controller", &url], Some("t0ken")),
+        )
+    })
+    .await
+    .unwrap();
+    // Watching a finished job replays its levels and ends with its final state.
+    let w = text(&watch);
+    assert!(watch.status.success(), "{w}");
+    assert!(
+        w.contains("c=1") && w.contains("c=2") && w.contains("succeeded"),
+        "{w}"
+    );
+    let j = text(&jobs);
+    assert!(
+        j.contains("remote") && j.contains("succeeded") && j.contains("2/2"),
+        "{j}"
+    );
+
+    ctl.shutdown().await;
+    agent.shutdown().await;
+}
