@@ -218,6 +218,18 @@ impl Metrics {
 
     /// A level result was stored. `engine_kind` and `model` come from the config's spec.
     pub fn level_stored(&self, level: &controllerpb::StoredLevel, engine_kind: &str, model: &str) {
+        self.level_stored_as(level, engine_kind, model, agentpb::ApiKind::Unspecified);
+    }
+
+    /// [`Metrics::level_stored`], naming the API the load used (the client histograms'
+    /// `gen_ai.operation.name`).
+    pub fn level_stored_as(
+        &self,
+        level: &controllerpb::StoredLevel,
+        engine_kind: &str,
+        model: &str,
+        api: agentpb::ApiKind,
+    ) {
         let Some(r) = &level.result else {
             return;
         };
@@ -304,7 +316,15 @@ impl Metrics {
             self.gauge(desc, l, d.mean / 1000.0);
         }
 
-        let client = with(&[(attr::PROVIDER, engine_kind.to_string())]);
+        let operation = match api {
+            agentpb::ApiKind::Chat => "chat",
+            agentpb::ApiKind::Completions => "text_completion",
+            agentpb::ApiKind::Unspecified => "",
+        };
+        let client = with(&[
+            (attr::PROVIDER, engine_kind.to_string()),
+            (attr::OPERATION, operation.to_string()),
+        ]);
         let hists = [
             (&names::CLIENT_DURATION, r.e2e_ms.as_ref()),
             (&names::CLIENT_TTFC, r.ttft_ms.as_ref()),

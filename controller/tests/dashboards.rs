@@ -74,6 +74,7 @@ fn exported_labels() -> HashSet<String> {
         attr::VERDICT,
         attr::MODEL,
         attr::PROVIDER,
+        attr::OPERATION,
         attr::TOKEN_TYPE,
         attr::HW_ID,
         attr::HW_TYPE,

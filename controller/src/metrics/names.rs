@@ -66,6 +66,8 @@ pub mod attr {
     // Semantic-convention keys.
     pub const MODEL: &str = "gen_ai.request.model";
     pub const PROVIDER: &str = "gen_ai.provider.name";
+    /// `chat` or `text_completion`, after the API the load generator used.
+    pub const OPERATION: &str = "gen_ai.operation.name";
     pub const TOKEN_TYPE: &str = "gen_ai.token.type";
     pub const HW_ID: &str = "hw.id";
     pub const HW_TYPE: &str = "hw.type";

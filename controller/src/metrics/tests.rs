@@ -320,3 +320,19 @@ async fn serves_the_exposition_over_http() {
     assert!(resp.contains("fleetbench_jobs_submitted_total{fleetbench_job_kind=\"sweep\"} 1"));
     server.abort();
 }
+
+#[test]
+fn client_histograms_name_the_operation() {
+    let m = Metrics::new();
+    let level = stored("base", 8, agentpb::LevelOutcome::Ok);
+    m.level_stored_as(&level, "vllm", "qwen", agentpb::ApiKind::Chat);
+    let text = m.render_prometheus();
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("gen_ai_client_operation_duration_seconds_count{")
+                && l.contains("gen_ai_operation_name=\"chat\"")
+                && l.contains("gen_ai_provider_name=\"vllm\"")
+        ),
+        "{text}"
+    );
+}

@@ -443,9 +443,15 @@ impl Attempt<'_> {
             return Ok(());
         }
         let c = &self.spec.configs[self.trial.config_index as usize];
+        let api = self
+            .spec
+            .benchmark_request(self.trial.workload_index as usize)
+            .workload
+            .map(|w| w.api())
+            .unwrap_or_default();
         self.ctx
             .metrics
-            .level_stored(&stored, c.kind.as_str(), &c.model);
+            .level_stored_as(&stored, c.kind.as_str(), &c.model, api);
         if crashed {
             if let Some(class) = crash_class {
                 self.ctx
