@@ -147,7 +147,9 @@ impl controller_server::Controller for ControllerService {
         let mut live = self.scheduler.hub().subscribe(&id);
         let job = self.job(&id).await?;
         let past = self.store().events(&id).await.map_err(store_status)?;
-        let last_seq = past.last().map(|(s, _)| *s).unwrap_or(0);
+        // Live events already replayed are skipped by their sequence number (a set, not a
+        // high-water mark: with concurrent writers a lower number can commit later).
+        let replayed: std::collections::HashSet<i64> = past.iter().map(|(s, _)| *s).collect();
         let store = self.store().clone();
         let stream = async_stream(move |tx| async move {
             for (_, ev) in past {
@@ -167,7 +169,7 @@ impl controller_server::Controller for ControllerService {
             loop {
                 match live.recv().await {
                     Ok((seq, ev)) => {
-                        if seq != 0 && seq <= last_seq {
+                        if seq != 0 && replayed.contains(&seq) {
                             continue;
                         }
                         let end = matches!(&ev.event, Some(job_event::Event::Job(j)) if is_final(j.state));

@@ -19,23 +19,16 @@ pub struct RegisteredAgent {
 impl Store {
     /// Appends an event of a job; returns its sequence number (increasing per store).
     pub async fn append_event(&self, job_id: &str, event: &JobEvent) -> Result<i64, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(q("begin append event"))?;
-        sqlx::query("INSERT INTO events (job_id, unix_ms, event) VALUES ($1, $2, $3)")
-            .bind(job_id)
-            .bind(event.unix_ms)
-            .bind(event.encode_to_vec())
-            .execute(&mut *tx)
-            .await
-            .map_err(q("append event"))?;
-        // Portable "last insert id": the newest sequence number of this job, read in the same
-        // transaction as the insert.
-        let seq: i64 = sqlx::query("SELECT MAX(seq) AS seq FROM events WHERE job_id = $1")
-            .bind(job_id)
-            .fetch_one(&mut *tx)
-            .await
-            .and_then(|r| r.try_get("seq"))
-            .map_err(q("read event seq"))?;
-        tx.commit().await.map_err(q("commit append event"))?;
+        let seq: i64 = sqlx::query(
+            "INSERT INTO events (job_id, unix_ms, event) VALUES ($1, $2, $3) RETURNING seq",
+        )
+        .bind(job_id)
+        .bind(event.unix_ms)
+        .bind(event.encode_to_vec())
+        .fetch_one(&self.pool)
+        .await
+        .and_then(|r| r.try_get("seq"))
+        .map_err(q("append event"))?;
         Ok(seq)
     }
 
