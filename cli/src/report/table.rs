@@ -42,6 +42,8 @@ pub fn render_compare(compare: &CompareResponse) -> String {
     }
     if !compare.crashes.is_empty() {
         out.push_str("\nCrashes:\n");
+        // The same crash in every repeat is one finding: listed once with all its runs.
+        let mut seen: Vec<(String, Option<String>, Vec<&str>)> = Vec::new();
         for c in &compare.crashes {
             let (line, frame) = match &c.crash {
                 Some(k) => {
@@ -57,14 +59,22 @@ pub fn render_compare(compare: &CompareResponse) -> String {
                 }
                 None => ("unknown".to_string(), None),
             };
-            out.push_str(&format!(
+            let head = format!(
                 "  {} on {} ({} {}): {line}\n",
                 c.config_name, c.host, c.workload, c.level_label
-            ));
+            );
+            match seen.iter_mut().find(|(h, _, _)| *h == head) {
+                Some((_, _, runs)) => runs.push(&c.run_id),
+                None => seen.push((head, frame, vec![&c.run_id])),
+            }
+        }
+        for (head, frame, runs) in seen {
+            out.push_str(&head);
             if let Some(f) = frame {
                 out.push_str(&format!("      at {}\n", f.trim()));
             }
-            out.push_str(&format!("      run {}\n", c.run_id));
+            let label = if runs.len() == 1 { "run" } else { "runs" };
+            out.push_str(&format!("      {label} {}\n", runs.join(", ")));
         }
     }
     out
