@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fleetbench_proto::controllerpb::{
     AgentInfo, CancelJobRequest, CompareRequest, CompareResponse, GetJobRequest, GetResultsRequest,
@@ -221,6 +222,16 @@ impl controller_server::Controller for ControllerService {
             )));
         }
         let labels: BTreeMap<String, String> = r.labels.into_iter().collect();
+        // Agents repeat their registration; the controller heartbeats them on its own, so a
+        // repeat only needs the reply (no store write, no new client).
+        let interval = (self.inventory.heartbeat_interval() * 10).max(Duration::from_secs(10));
+        let reply = RegisterAgentResponse {
+            accepted: true,
+            heartbeat_interval_s: interval.as_secs() as u32,
+        };
+        if self.inventory.is_known(&r.name, &r.address, &labels) {
+            return Ok(Response::new(reply));
+        }
         self.inventory
             .add(&r.name, &r.address, labels.clone(), "registered")
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -232,10 +243,7 @@ impl controller_server::Controller for ControllerService {
             })
             .await
             .map_err(store_status)?;
-        Ok(Response::new(RegisterAgentResponse {
-            accepted: true,
-            heartbeat_interval_s: self.inventory.heartbeat_interval().as_secs().max(1) as u32,
-        }))
+        Ok(Response::new(reply))
     }
 
     async fn set_agent_draining(

@@ -149,6 +149,15 @@ impl Inventory {
         Ok(())
     }
 
+    /// Whether a host of this name is known at this address with these labels (a repeated
+    /// registration changes nothing).
+    pub fn is_known(&self, name: &str, address: &str, labels: &BTreeMap<String, String>) -> bool {
+        let hosts = self.hosts.lock().expect("inventory lock");
+        hosts
+            .get(name)
+            .is_some_and(|h| h.address == address && &h.labels == labels)
+    }
+
     /// Marks a host draining (no new trials) or not. `None` when there is no such host.
     pub fn set_draining(&self, name: &str, draining: bool) -> Option<AgentInfo> {
         let info = {
