@@ -386,6 +386,14 @@ fn report_renders_in_headless_chromium() {
         size > 40_000 && size > blank_size * 5,
         "screenshot {size} bytes vs blank {blank_size}: looks empty"
     );
+    // The console check is live: a page with a script error is caught by it.
+    let broken = dir.path().join("broken.html");
+    std::fs::write(&broken, "<html><body><script>undefinedFn();</script></body></html>").unwrap();
+    let (_, stderr) = run_chromium(&broken, &profile, &["--dump-dom".to_string()]);
+    assert!(
+        console_lines(&stderr).iter().any(|l| l.contains("undefinedFn")),
+        "chromium did not report a console error: {stderr}"
+    );
     if let Ok(keep) = std::env::var("FLEETBENCH_KEEP_SCREENSHOT") {
         std::fs::copy(&shot, keep).unwrap();
     }
