@@ -42,6 +42,11 @@ struct Bars {
     mp: MultiProgress,
     job: ProgressBar,
     hosts: HashMap<String, ProgressBar>,
+    /// The job's counts between its state snapshots (which come at its start and end).
+    state: String,
+    trials_done: u32,
+    trials_total: u32,
+    crashes: u32,
 }
 
 impl Bars {
@@ -59,7 +64,18 @@ impl Bars {
             mp,
             job,
             hosts: HashMap::new(),
+            state: String::new(),
+            trials_done: 0,
+            trials_total: 0,
+            crashes: 0,
         }
+    }
+
+    fn job_message(&self) {
+        self.job.set_message(format!(
+            "{}  trials {}/{}  crashes {}",
+            self.state, self.trials_done, self.trials_total, self.crashes
+        ));
     }
 
     fn line(&self, text: String) {
@@ -148,13 +164,11 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
             Some(job_event::Event::Job(j)) => {
                 bars.job.set_length(u64::from(j.levels_total));
                 bars.job.set_position(u64::from(j.levels_done));
-                bars.job.set_message(format!(
-                    "{}  trials {}/{}  crashes {}",
-                    state_name(j.state),
-                    j.trials_done,
-                    j.trials_total,
-                    j.crashes
-                ));
+                bars.state = state_name(j.state);
+                bars.trials_done = j.trials_done;
+                bars.trials_total = j.trials_total;
+                bars.crashes = j.crashes;
+                bars.job_message();
                 let done =
                     j.state != JobState::Queued as i32 && j.state != JobState::Running as i32;
                 last = Some(j);
@@ -184,7 +198,11 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                             t.repeat + 1
                         ));
                     }
-                    TrialState::Done => bar.set_message("idle"),
+                    TrialState::Done => {
+                        bar.set_message("idle");
+                        bars.trials_done += 1;
+                        bars.job_message();
+                    }
                     TrialState::EngineFailed | TrialState::HostLost | TrialState::Cancelled => {
                         bars.line(format!(
                             "  {:<12} {:<16} trial {} #{} attempt {}: {}: {}",
@@ -200,6 +218,11 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                             t.reason
                         ));
                         bar.set_message("idle");
+                        if state == TrialState::EngineFailed {
+                            bars.trials_done += 1;
+                            bars.crashes += 1;
+                            bars.job_message();
+                        }
                     }
                     _ => {}
                 }
@@ -241,6 +264,10 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
             Some(job_event::Event::Level(l)) => {
                 if let Some(r) = &l.result {
                     bars.line(level_line(&l.host, &l.config_name, r));
+                    if r.outcome == LevelOutcome::Crashed as i32 {
+                        bars.crashes += 1;
+                        bars.job_message();
+                    }
                 }
                 bars.host(&l.host).inc(1);
                 bars.job.inc(1);
