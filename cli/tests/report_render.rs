@@ -388,10 +388,16 @@ fn report_renders_in_headless_chromium() {
     );
     // The console check is live: a page with a script error is caught by it.
     let broken = dir.path().join("broken.html");
-    std::fs::write(&broken, "<html><body><script>undefinedFn();</script></body></html>").unwrap();
+    std::fs::write(
+        &broken,
+        "<html><body><script>undefinedFn();</script></body></html>",
+    )
+    .unwrap();
     let (_, stderr) = run_chromium(&broken, &profile, &["--dump-dom".to_string()]);
     assert!(
-        console_lines(&stderr).iter().any(|l| l.contains("undefinedFn")),
+        console_lines(&stderr)
+            .iter()
+            .any(|l| l.contains("undefinedFn")),
         "chromium did not report a console error: {stderr}"
     );
     if let Ok(keep) = std::env::var("FLEETBENCH_KEEP_SCREENSHOT") {
@@ -425,4 +431,26 @@ fn terminal_comparison_shows_winners_crossovers_and_crashes() {
     );
     assert!(text.contains("b on local (random-512 c=256): python_exception: AttributeError: 'NoneType' object has no attribute 'shape'"), "{text}");
     assert!(text.contains("at q.shape[0]"), "{text}");
+}
+
+#[test]
+fn open_loop_levels_plot_against_request_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut results = results(false);
+    for l in &mut results.levels {
+        let level = l.result.as_mut().unwrap().level.as_mut().unwrap();
+        level.request_rate = level.concurrency.map(|c| f64::from(c) / 4.0);
+        level.concurrency = None;
+    }
+    let compare = fleetbench_controller::compare::compare(&results);
+    let labels: Vec<_> = compare
+        .groups
+        .iter()
+        .map(|g| g.level_label.as_str())
+        .collect();
+    assert_eq!(labels, ["r=0.25/s", "r=4/s", "r=16/s", "r=64/s"]);
+    let files = report::write_all(dir.path(), &results, &compare).unwrap();
+    let html = std::fs::read_to_string(&files[2]).unwrap();
+    assert!(html.contains("request rate (req/s)"));
+    assert!(html.contains("Engine runs") && html.contains("run-b-1"));
 }

@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use fleetbench_proto::controllerpb::{CompareGroup, CompareResponse, GetResultsResponse, JobState};
+use fleetbench_proto::controllerpb::{
+    CompareGroup, CompareResponse, CrashInfo, GetResultsResponse, JobState, RunState,
+};
 
 use super::charts::{self, Colors, ENGINE_SERIES, GPU_SERIES};
 use super::plots::{Chart, svg};
@@ -24,7 +26,7 @@ tr.diff td { background: #fff8e1; } tr.first td { border-top: 2px solid #ccc; }
 .note { background: #f7f7f7; border-left: 4px solid #bbb; padding: 8px 12px; color: #555; }
 .crash { border-left: 4px solid #c00; padding: 6px 12px; margin: 12px 0; background: #fff6f6; }
 pre { background: #f6f6f6; padding: 8px; overflow-x: auto; font-size: 0.8em; }
-code { font-size: 0.9em; }
+code { font-size: 0.9em; } td.wrap { white-space: normal; max-width: 520px; text-align: left; }
 "#;
 
 /// Escapes text for HTML.
@@ -55,6 +57,7 @@ pub(crate) fn render(results: &GetResultsResponse, compare: &CompareResponse) ->
     telemetry(&mut h, results, &colors);
     crashes(&mut h, compare);
     configs(&mut h, results, &colors);
+    runs(&mut h, results);
     h.push_str("</body></html>\n");
     h
 }
@@ -268,18 +271,37 @@ fn crashes(h: &mut String, compare: &CompareResponse) {
         h.push_str("<p class=\"meta\">No engine crashed.</p>\n");
         return;
     }
+    // The same crash in every repeat is one finding, shown once with all its runs.
+    let mut groups: Vec<(&CrashInfo, Vec<&str>)> = Vec::new();
     for c in &compare.crashes {
+        let same = |g: &CrashInfo| {
+            (&g.config_name, &g.host, &g.workload, &g.level_label)
+                == (&c.config_name, &c.host, &c.workload, &c.level_label)
+                && g.crash.as_ref().map(crash_line) == c.crash.as_ref().map(crash_line)
+        };
+        match groups.iter_mut().find(|(g, _)| same(g)) {
+            Some((_, runs)) => runs.push(&c.run_id),
+            None => groups.push((c, vec![&c.run_id])),
+        }
+    }
+    for (c, runs) in groups {
         let Some(k) = &c.crash else { continue };
         let _ = writeln!(
             h,
-            "<div class=\"crash\"><b>{}</b> on {} · {} {} · <b>{}</b><br><code>{}</code> <span class=\"meta\">run {}</span>",
+            "<div class=\"crash\"><b>{}</b> on {} · {} {} · <b>{}</b>{}<br><code>{}</code> <span class=\"meta\">run{} {}</span>",
             esc(&c.config_name),
             esc(&c.host),
             esc(&c.workload),
             esc(&c.level_label),
             esc(&crash_class_name(k.class)),
+            if runs.len() > 1 {
+                format!(" · {} times", runs.len())
+            } else {
+                String::new()
+            },
             esc(&crash_line(k)),
-            esc(&c.run_id)
+            if runs.len() > 1 { "s" } else { "" },
+            esc(&runs.join(", "))
         );
         if !k.frames.is_empty() {
             let _ = write!(
@@ -360,6 +382,46 @@ fn configs(h: &mut String, results: &GetResultsResponse, colors: &Colors) {
             let _ = write!(h, "<td class=\"l\">{}</td>", esc(v));
         }
         h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n");
+}
+
+/// Every engine run with its state and the facts its log gave (JSON facts such as
+/// `server_args` folded away; `fleetbench diff` compares them).
+fn runs(h: &mut String, results: &GetResultsResponse) {
+    h.push_str("<h2>Engine runs</h2>\n");
+    if results.runs.is_empty() {
+        h.push_str("<p class=\"note\">No engine runs stored.</p>\n");
+        return;
+    }
+    h.push_str("<table><tr><th class=\"l\">run</th><th class=\"l\">config</th><th class=\"l\">host</th><th class=\"l\">workload</th><th>repeat</th><th>attempt</th><th class=\"l\">state</th><th>start s</th><th class=\"l\">log facts</th></tr>\n");
+    for r in &results.runs {
+        let state = RunState::try_from(r.state)
+            .map(|s| {
+                s.as_str_name()
+                    .trim_start_matches("RUN_STATE_")
+                    .to_lowercase()
+            })
+            .unwrap_or_default();
+        let facts: Vec<String> = r
+            .facts
+            .iter()
+            .filter(|f| !f.value.trim_start().starts_with('{'))
+            .map(|f| format!("{}={}", f.key, f.value))
+            .collect();
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\"><code>{}</code></td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"wrap\">{}</td></tr>",
+            esc(&r.run_id),
+            esc(&r.config_name),
+            esc(&r.host),
+            esc(&r.workload),
+            r.repeat,
+            r.attempt,
+            esc(&state),
+            fmt_num(r.engine_start_s, 1),
+            esc(&facts.join(" "))
+        );
     }
     h.push_str("</table>\n");
 }
