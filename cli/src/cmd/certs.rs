@@ -29,12 +29,31 @@ enum Command {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
-        Command::Init { dir, agent_names, force } => {
+        Command::Init {
+            dir,
+            agent_names,
+            force,
+        } => {
             let certs = fleetbench_support::tls::generate_dev_certs(&dir, &agent_names, force)?;
-            println!("wrote a development CA and certificates to {}:", dir.display());
-            println!("  CA:          {} (key {})", certs.ca_cert.display(), certs.ca_key.display());
-            println!("  agent:       {} (key {})", certs.agent_cert.display(), certs.agent_key.display());
-            println!("  controller:  {} (key {})", certs.controller_cert.display(), certs.controller_key.display());
+            println!(
+                "wrote a development CA and certificates to {}:",
+                dir.display()
+            );
+            println!(
+                "  CA:          {} (key {})",
+                certs.ca_cert.display(),
+                certs.ca_key.display()
+            );
+            println!(
+                "  agent:       {} (key {})",
+                certs.agent_cert.display(),
+                certs.agent_key.display()
+            );
+            println!(
+                "  controller:  {} (key {})",
+                certs.controller_cert.display(),
+                certs.controller_key.display()
+            );
             println!();
             println!("agent.toml:");
             println!("  [tls]");
@@ -42,7 +61,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             println!("  key = {:?}", certs.agent_key.display().to_string());
             println!("  client_ca = {:?}", certs.ca_cert.display().to_string());
             println!();
-            println!("Keep ca.key private: anyone holding it can mint certificates your agents accept.");
+            println!(
+                "Keep ca.key private: anyone holding it can mint certificates your agents accept."
+            );
             Ok(ExitCode::SUCCESS)
         }
     }
