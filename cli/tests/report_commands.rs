@@ -46,6 +46,11 @@ async fn write_store(data: &Path) {
     std::fs::create_dir_all(data).unwrap();
     let url = format!("sqlite://{}", data.join("controller.db").display());
     let store = Store::open(&url).await.unwrap();
+    write_results(&store).await;
+    store.close().await;
+}
+
+async fn write_results(store: &Store) {
     let configs = vec![info("a", "triton"), info("b", "flashinfer_cutlass")];
     let mut trials = Vec::new();
     for repeat in 0..2u32 {
@@ -164,7 +169,6 @@ async fn write_store(data: &Path) {
         store.put_telemetry(JOB, &points).await.unwrap();
         t += 11_000;
     }
-    store.close().await;
 }
 
 fn fleetbench(dir: &Path, args: &[&str]) -> Output {
@@ -277,4 +281,67 @@ fn unknown_jobs_and_missing_stores_are_named() {
     let out = fleetbench(dir.path(), &["diff", "run-x", &format!("{JOB}-t00-a1")]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no run \"run-x\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_report_and_diff_talk_to_a_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("ctl.db").display());
+    let mut config = fleetbench_controller::ControllerConfig::local(&url);
+    config.resume_jobs = false;
+    let ctl = fleetbench_controller::start(config, fleetbench_controller::metrics::Metrics::new())
+        .await
+        .unwrap();
+    write_results(&ctl.store).await;
+    let api = ctl.url();
+    // An empty working directory: everything comes over the API.
+    let work = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = |args: Vec<String>| {
+        let work = work.clone();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            fleetbench(&work, &args)
+        })
+    };
+    let out = run(vec![
+        "compare".into(),
+        "ab".into(),
+        "--controller".into(),
+        api.clone(),
+    ])
+    .await
+    .unwrap();
+    let text = ok(&out);
+    assert!(text.contains("winner +50.0% vs a, significant"), "{text}");
+
+    let out = run(vec![
+        "report".into(),
+        "0123".into(),
+        "--controller".into(),
+        api.clone(),
+        "-o".into(),
+        "rep".into(),
+    ])
+    .await
+    .unwrap();
+    ok(&out);
+    let html = std::fs::read_to_string(work.join("rep/report.html")).unwrap();
+    assert!(html.contains("Engine running requests"));
+
+    let out = run(vec![
+        "diff".into(),
+        format!("{JOB}-t10-a1"),
+        format!("{JOB}-t11-a1"),
+        "--controller".into(),
+        api.clone(),
+    ])
+    .await
+    .unwrap();
+    assert!(ok(&out).contains("2 entries differ"));
+    assert!(
+        !work.join("fleetbench-data").exists(),
+        "no embedded store was created"
+    );
+    ctl.shutdown().await;
 }
