@@ -266,6 +266,10 @@ impl Parser<'_> {
                 return Err(self.err("',' or ')'"));
             }
         }
+        // A wrapper around one value (`PosixPath('/m')`, `frozenset({...})`) stands for it.
+        if map.is_empty() && positional.len() == 1 {
+            return Ok(positional.remove(0));
+        }
         if !positional.is_empty() {
             map.insert("args".to_string(), Value::Array(positional));
         }
@@ -339,7 +343,8 @@ mod tests {
         let v = parse(
             "ServerArgs(model_path='m', tp_size=8, dtype='auto', \
              attention_backend=None, arch=<AttentionArch.MLA: 2>, dt=torch.bfloat16, \
-             lora=LoRARef(lora_id='a', path='/p'), inf=inf, s={'a', 'b'})",
+             lora=LoRARef(lora_id='a', path='/p'), inf=inf, s={'a', 'b'}, \
+             p=PosixPath('/models/x'), e=set(), xy=Point(1, 2))",
         )
         .unwrap();
         assert_eq!(v["tp_size"], json!(8));
@@ -348,6 +353,9 @@ mod tests {
         assert_eq!(v["lora"], json!({"lora_id": "a", "path": "/p"}));
         assert_eq!(v["inf"], json!("inf"));
         assert_eq!(v["s"], json!(["a", "b"]));
+        assert_eq!(v["p"], json!("/models/x"));
+        assert_eq!(v["e"], json!({}));
+        assert_eq!(v["xy"], json!({"args": [1, 2]}));
     }
 
     #[test]
