@@ -29,6 +29,7 @@ fn bad_configs() {
             "bad_configs.toml:13: configs[2].extends: no config named \"bsae\"",
             "bad_configs.toml:17: configs[3].engine: unknown engine kind \"sglangg\" (expected one of sglang, vllm, llamacpp, sim, generic)",
             "bad_configs.toml:20: configs[4].engine: missing: the engine kind, one of: sglang, vllm, llamacpp, sim, generic",
+            "bad_configs.toml:23: configs[4].env.\"2FAST\": not a valid environment variable name (letters, digits and _, not starting with a digit)",
             "bad_configs.toml:23: configs[4].env.BAD: expected a string, got a list",
             "bad_configs.toml:25: configs[5].model: missing: the model (a path or name the engine loads)",
             "bad_configs.toml:30: configs[6].name: duplicate config name \"e\" (also configs[4])",

@@ -138,7 +138,10 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
     };
     let env = t
         .table(ctx, "env")
-        .and_then(|e| string_map(ctx, &e))
+        .and_then(|e| {
+            env_names(ctx, &e);
+            string_map(ctx, &e)
+        })
         .unwrap_or_default();
     RawConfig {
         name,
@@ -153,6 +156,23 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
         flags,
         env,
         broken: ctx.errors.len() > errors_before,
+    }
+}
+
+/// Names a process environment can hold portably (`NAME=value` breaks on `=` and NUL, and
+/// shells cannot export a name starting with a digit).
+fn env_names(ctx: &mut Ctx, t: &Table<'_, '_>) {
+    for (k, _) in t.map.iter() {
+        let name = k.get_ref().as_ref();
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            let msg = "not a valid environment variable name (letters, digits and _, not starting with a digit)";
+            ctx.error(Some(&k.span()), &t.field(name), msg);
+        }
     }
 }
 
