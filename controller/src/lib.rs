@@ -14,10 +14,12 @@ pub mod config;
 pub mod embedded;
 pub mod events;
 pub mod metrics;
+pub mod regress;
 pub mod scheduler;
 pub mod server;
 pub mod spec;
 pub mod store;
+pub mod tuning;
 
 pub use config::{ConfigError, ControllerConfig, HostConfig};
 pub use server::{ControllerHandle, StartError, start};

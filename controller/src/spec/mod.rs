@@ -16,6 +16,8 @@ mod error;
 mod flags;
 mod parse;
 mod plan;
+pub mod search;
+pub mod suite;
 mod walk;
 mod workloads;
 

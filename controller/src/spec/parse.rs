@@ -25,6 +25,17 @@ const TOP_KEYS: &[&str] = &[
 /// Parses and validates a job spec. On failure returns every problem found, sorted by line.
 /// `file_name` only labels the errors.
 pub fn parse(file_name: &str, text: &str) -> Result<JobSpec, Vec<SpecError>> {
+    parse_ext(file_name, text, "", |_, _| Some(())).map(|(spec, ())| spec)
+}
+
+/// Parses a spec that may carry the extension table `key` (`search`, `suite`; "" for none),
+/// read by `ext` (given the table when present) with its errors located like the rest.
+pub(crate) fn parse_ext<T>(
+    file_name: &str,
+    text: &str,
+    key: &str,
+    ext: impl FnOnce(&mut Ctx, Option<Table<'_, '_>>) -> Option<T>,
+) -> Result<(JobSpec, T), Vec<SpecError>> {
     let mut ctx = Ctx::new(file_name, text);
     let (doc, syntax) = DeTable::parse_recoverable(text);
     if !syntax.is_empty() {
@@ -39,9 +50,14 @@ pub fn parse(file_name: &str, text: &str) -> Result<JobSpec, Vec<SpecError>> {
         span: doc.span(),
         path: String::new(),
     };
-    let spec = job(&mut ctx, &root);
-    match spec {
-        Some(spec) if ctx.errors.is_empty() => Ok(spec),
+    let spec = job(&mut ctx, &root, key);
+    let table = match root.get(key) {
+        Some(_) if !key.is_empty() => root.table(&mut ctx, key),
+        _ => None,
+    };
+    let extra = ext(&mut ctx, table);
+    match (spec, extra) {
+        (Some(spec), Some(extra)) if ctx.errors.is_empty() => Ok((spec, extra)),
         _ => Err(finish(ctx.errors)),
     }
 }
@@ -52,9 +68,9 @@ fn finish(mut errors: Vec<SpecError>) -> Vec<SpecError> {
     errors
 }
 
-fn job(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<JobSpec> {
+fn job(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) -> Option<JobSpec> {
     root.check_keys(ctx, TOP_KEYS);
-    reserved(ctx, root);
+    reserved(ctx, root, allowed);
     let name = root.required_string(ctx, "name", "a name for the job");
     let description = root.string(ctx, "description").unwrap_or_default();
     let repeats = if root.has("repeats") {
@@ -89,12 +105,12 @@ fn job(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<JobSpec> {
 }
 
 /// Tables a later version adds; refused by name so that a newer spec never half-runs here.
-fn reserved(ctx: &mut Ctx, root: &Table<'_, '_>) {
+fn reserved(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) {
     for (key, what) in [
         ("search", "tuning searches ([search])"),
         ("suite", "regression suites ([suite])"),
     ] {
-        if root.has(key) {
+        if root.has(key) && key != allowed {
             let msg = format!("{what} are not supported by this version yet");
             ctx.error(Some(&root.key_span(key)), key, msg);
         }

@@ -14,6 +14,7 @@
 mod events;
 mod jobs;
 mod results;
+mod suites;
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -25,6 +26,7 @@ use sqlx::{AnyPool, ConnectOptions};
 
 pub use events::RegisteredAgent;
 pub use jobs::{NewJob, TrialRow};
+pub use suites::SuiteRun;
 
 /// Errors of the store. Each names what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -92,13 +94,26 @@ fn migrations(backend: Backend) -> Vec<Migration> {
         Backend::Sqlite => include_str!("migrations/sqlite/0001_init.sql"),
         Backend::Postgres => include_str!("migrations/postgres/0001_init.sql"),
     };
-    vec![Migration::new(
-        1,
-        Cow::Borrowed("init"),
-        MigrationType::Simple,
-        Cow::Borrowed(v1),
-        false,
-    )]
+    let v2 = match backend {
+        Backend::Sqlite => include_str!("migrations/sqlite/0002_suite_runs.sql"),
+        Backend::Postgres => include_str!("migrations/postgres/0002_suite_runs.sql"),
+    };
+    vec![
+        Migration::new(
+            1,
+            Cow::Borrowed("init"),
+            MigrationType::Simple,
+            Cow::Borrowed(v1),
+            false,
+        ),
+        Migration::new(
+            2,
+            Cow::Borrowed("suite_runs"),
+            MigrationType::Simple,
+            Cow::Borrowed(v2),
+            false,
+        ),
+    ]
 }
 
 impl Store {

@@ -1,0 +1,128 @@
+//! What tuning searches and regression suites need of a controller: submit a job, wait for
+//! it, read its results. Both run their work as ordinary jobs through the scheduler, so they
+//! get its parallelism over hosts, crash handling and stored results for free.
+
+use std::future::Future;
+use std::time::Duration;
+
+use fleetbench_proto::controllerpb::controller_client::ControllerClient;
+use fleetbench_proto::controllerpb::{
+    GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobState, ListJobsRequest,
+    SubmitJobRequest,
+};
+
+use crate::spec::SpecError;
+
+/// Errors talking to the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// A call to the controller's API failed.
+    #[error("controller {call}: {status}")]
+    Rpc {
+        call: &'static str,
+        status: tonic::Status,
+    },
+    /// The controller refused a generated job spec (a bug: specs are validated first).
+    #[error("the controller refused the job spec:\n{}", crate::spec::render_errors(.0))]
+    Refused(Vec<SpecError>),
+}
+
+/// A controller that runs jobs.
+pub trait Fleet: Send {
+    /// Submits a job spec; returns the job's id.
+    fn submit(
+        &mut self,
+        spec_toml: &str,
+        file_name: &str,
+        tag: &str,
+    ) -> impl Future<Output = Result<String, FleetError>> + Send;
+    /// Waits until the job has ended; returns it.
+    fn wait(&mut self, job_id: &str) -> impl Future<Output = Result<Job, FleetError>> + Send;
+    /// Results of jobs (runs, levels, configs).
+    fn results(
+        &mut self,
+        job_ids: &[String],
+    ) -> impl Future<Output = Result<GetResultsResponse, FleetError>> + Send;
+    /// Recent jobs, newest first.
+    fn jobs(&mut self) -> impl Future<Output = Result<Vec<Job>, FleetError>> + Send;
+}
+
+/// Whether a job has ended.
+pub fn finished(job: &Job) -> bool {
+    job.state == JobState::Succeeded as i32
+        || job.state == JobState::Failed as i32
+        || job.state == JobState::Cancelled as i32
+}
+
+fn rpc(call: &'static str) -> impl FnOnce(tonic::Status) -> FleetError {
+    move |status| FleetError::Rpc { call, status }
+}
+
+impl<T> Fleet for ControllerClient<T>
+where
+    T: tonic::client::GrpcService<tonic::body::Body> + Send,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+    T::Future: Send,
+{
+    async fn submit(
+        &mut self,
+        spec_toml: &str,
+        file_name: &str,
+        tag: &str,
+    ) -> Result<String, FleetError> {
+        let resp = self
+            .submit_job(SubmitJobRequest {
+                spec_toml: spec_toml.to_string(),
+                file_name: file_name.to_string(),
+                dry_run: false,
+                tag: tag.to_string(),
+            })
+            .await
+            .map_err(rpc("SubmitJob"))?
+            .into_inner();
+        if !resp.errors.is_empty() {
+            return Err(FleetError::Refused(
+                resp.errors.iter().map(SpecError::from).collect(),
+            ));
+        }
+        Ok(resp.job_id)
+    }
+
+    async fn wait(&mut self, job_id: &str) -> Result<Job, FleetError> {
+        loop {
+            let job = self
+                .get_job(GetJobRequest {
+                    job_id: job_id.to_string(),
+                })
+                .await
+                .map_err(rpc("GetJob"))?
+                .into_inner();
+            if finished(&job) {
+                return Ok(job);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn results(&mut self, job_ids: &[String]) -> Result<GetResultsResponse, FleetError> {
+        Ok(self
+            .get_results(GetResultsRequest {
+                job_ids: job_ids.to_vec(),
+                include_telemetry: false,
+            })
+            .await
+            .map_err(rpc("GetResults"))?
+            .into_inner())
+    }
+
+    async fn jobs(&mut self) -> Result<Vec<Job>, FleetError> {
+        Ok(self
+            .list_jobs(ListJobsRequest { limit: 1000 })
+            .await
+            .map_err(rpc("ListJobs"))?
+            .into_inner()
+            .jobs)
+    }
+}

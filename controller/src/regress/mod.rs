@@ -1,0 +1,192 @@
+//! Regression suites: run a suite (a job spec with a `[suite]` table) as an ordinary job,
+//! compare every gated metric at every level with the baseline's repeats, keep the history
+//! and export the verdicts.
+//!
+//! - [`stats`]: the noise test (bootstrap interval of the relative change).
+//! - [`verdict`]: per config, workload, level and metric; rendering and metrics export.
+//! - [`junit`]: JUnit XML for CI.
+//! - [`fleet`]: the controller interface suites and tuning searches run their jobs through.
+
+pub mod fleet;
+pub mod junit;
+pub mod stats;
+pub mod verdict;
+
+use fleetbench_proto::controllerpb::{Job, JobState};
+use fleetbench_proto::now_unix_ms;
+
+use crate::metrics::Metrics;
+use crate::spec::suite::{Baseline, SuiteSpec, job_toml, parse_suite};
+use crate::spec::{JobSpec, SpecError};
+use crate::store::{Store, StoreError, SuiteRun};
+pub use fleet::{Fleet, FleetError};
+pub use verdict::{Status, Verdict};
+
+/// Errors of a suite run.
+#[derive(Debug, thiserror::Error)]
+pub enum RegressError {
+    /// The suite file is invalid; every problem, located.
+    #[error("{}", crate::spec::render_errors(.0))]
+    Spec(Vec<SpecError>),
+    /// Talking to the controller failed.
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    /// The history store failed.
+    #[error("suite history: {0}")]
+    Store(#[from] StoreError),
+    /// The baseline the suite names does not exist.
+    #[error("baseline {0}")]
+    NoBaseline(String),
+    /// The suite's job ended without results to compare.
+    #[error("the suite's job {job_id} ended {state}: {error}")]
+    JobFailed {
+        job_id: String,
+        state: String,
+        error: String,
+    },
+}
+
+/// The end of a suite run.
+#[derive(Debug, Clone)]
+pub struct SuiteOutcome {
+    pub suite: String,
+    pub job: Job,
+    /// The job compared with; None on a first run.
+    pub baseline_job_id: Option<String>,
+    pub verdicts: Vec<Verdict>,
+    pub passed: bool,
+}
+
+/// Where a suite's history lives: the controller's store when this process has it (embedded
+/// controller, scheduled runs), else none (a remote controller: baselines by tag only).
+#[derive(Debug, Clone, Copy)]
+pub struct History<'a> {
+    pub store: Option<&'a Store>,
+    pub metrics: Option<&'a Metrics>,
+}
+
+/// Parses a suite file, reporting every problem.
+pub fn load(file_name: &str, text: &str) -> Result<(JobSpec, SuiteSpec), RegressError> {
+    parse_suite(file_name, text).map_err(RegressError::Spec)
+}
+
+/// Runs a suite: finds its baseline, runs its job, compares, records and exports.
+/// `tag` (may be empty) marks this run as a baseline for later runs.
+pub async fn run_suite<F: Fleet>(
+    fleet: &mut F,
+    history: History<'_>,
+    file_name: &str,
+    text: &str,
+    tag: &str,
+) -> Result<SuiteOutcome, RegressError> {
+    let (job_spec, suite) = load(file_name, text)?;
+    let name = job_spec.name.clone();
+    let baseline_job = find_baseline(fleet, history.store, &name, &suite.baseline).await?;
+    let toml = job_toml(text).map_err(|e| {
+        RegressError::Spec(vec![SpecError {
+            file: file_name.to_string(),
+            line: 0,
+            field: String::new(),
+            message: e.to_string(),
+        }])
+    })?;
+    let job_id = fleet.submit(&toml, file_name, tag).await?;
+    tracing::info!(suite = %name, job = %job_id, baseline = ?baseline_job, "suite run submitted");
+    let job = fleet.wait(&job_id).await?;
+    if job.state != JobState::Succeeded as i32 {
+        let state = JobState::try_from(job.state)
+            .map(|s| {
+                s.as_str_name()
+                    .trim_start_matches("JOB_STATE_")
+                    .to_lowercase()
+            })
+            .unwrap_or_default();
+        return Err(RegressError::JobFailed {
+            job_id,
+            state,
+            error: job.error.clone(),
+        });
+    }
+    let current = fleet.results(std::slice::from_ref(&job_id)).await?;
+    let baseline = match &baseline_job {
+        Some(b) => Some(verdict::group(
+            &fleet.results(std::slice::from_ref(b)).await?.levels,
+        )),
+        None => None,
+    };
+    let verdicts = verdict::verdicts(&suite, baseline.as_ref(), &verdict::group(&current.levels));
+    let passed = verdict::passed(&verdicts);
+    if let Some(m) = history.metrics {
+        verdict::export(m, &name, &verdicts);
+    }
+    if let Some(store) = history.store {
+        store
+            .put_suite_run(&SuiteRun {
+                job_id: job_id.clone(),
+                suite: name.clone(),
+                tag: tag.to_string(),
+                passed,
+                regressions: verdicts
+                    .iter()
+                    .filter(|v| v.status == Status::Regressed)
+                    .count() as u32,
+                baseline_job_id: baseline_job.clone().unwrap_or_default(),
+                created_unix_ms: now_unix_ms(),
+                verdicts: verdict::render(&verdicts),
+            })
+            .await?;
+    }
+    Ok(SuiteOutcome {
+        suite: name,
+        job,
+        baseline_job_id: baseline_job,
+        verdicts,
+        passed,
+    })
+}
+
+/// The job a suite run is compared with. A tag must exist; "last passing" is None on the
+/// first run.
+async fn find_baseline<F: Fleet>(
+    fleet: &mut F,
+    store: Option<&Store>,
+    suite: &str,
+    baseline: &Baseline,
+) -> Result<Option<String>, RegressError> {
+    match (baseline, store) {
+        (Baseline::Tag(tag), Some(store)) => {
+            let runs = store.suite_runs(suite).await?;
+            runs.iter()
+                .find(|r| &r.tag == tag)
+                .map(|r| Some(r.job_id.clone()))
+                .ok_or_else(|| {
+                    RegressError::NoBaseline(format!(
+                        "tag:{tag}: no run of suite {suite:?} has this tag (mark one with `fleetbench regress --tag {tag}`)"
+                    ))
+                })
+        }
+        (Baseline::Tag(tag), None) => {
+            let jobs = fleet.jobs().await?;
+            jobs.iter()
+                .find(|j| &j.tag == tag && j.name == suite && j.state == JobState::Succeeded as i32)
+                .map(|j| Some(j.id.clone()))
+                .ok_or_else(|| {
+                    RegressError::NoBaseline(format!(
+                        "tag:{tag}: no finished job of suite {suite:?} has this tag"
+                    ))
+                })
+        }
+        (Baseline::LastPassing, Some(store)) => Ok(store
+            .suite_runs(suite)
+            .await?
+            .into_iter()
+            .find(|r| r.passed)
+            .map(|r| r.job_id)),
+        (Baseline::LastPassing, None) => Err(RegressError::NoBaseline(
+            "last-passing: the pass history is kept by the controller's store, which this \
+             process cannot read (a remote controller); name a baseline with \
+             baseline = \"tag:NAME\""
+                .into(),
+        )),
+    }
+}

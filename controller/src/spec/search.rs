@@ -1,0 +1,1 @@
+//! `[search]`: a tuning search space over flags, its objective and strategy.

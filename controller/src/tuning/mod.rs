@@ -1,0 +1,1 @@
+//! Tuning searches over engine flags.
