@@ -60,7 +60,7 @@ fn bad_flags() {
             "bad_flags.toml:14: configs[1].flags.\"--max-running-requests\": expected an integer >= 1, got \"lots\"",
             "bad_flags.toml:19: configs[2].flags.\"--disable-cuda-graph\": expected no value (the flag is a switch), got \"yes\" (write true to switch it on)",
             "bad_flags.toml:19: configs[2].flags.\"--mem-fracton-static\": not a flag engine sglang accepts (did you mean \"--mem-fraction-static\"?)",
-            "bad_flags.toml:19: configs[2].flags.\"--moe-runner-backend\": expected one of auto, deep_gemm, triton, triton_kernel, flashinfer_trtllm, experimental_sgl_trtllm, flashinfer_trtllm_routed, flashinfer_cutlass, flashinfer_mxfp4, flashinfer_cutedsl, flashinfer_megamoe, cutlass, aiter, marlin, humming, experimental_sgl_marlin, lora_cutedsl, lora_triton, lora_marlin, hpc_ops, megamoe, intel_xpu, got \"cutlas\"",
+            "bad_flags.toml:19: configs[2].flags.\"--moe-runner-backend\": expected one of auto, deep_gemm, triton, triton_kernel, flashinfer_trtllm, experimental_sgl_trtllm, flashinfer_trtllm_routed, flashinfer_cutlass, flashinfer_mxfp4, flashinfer_cutedsl, flashinfer_megamoe, cutlass, aiter, marlin, humming, experimental_sgl_marlin, lora_cutedsl, lora_triton, lora_marlin, hpc_ops, megamoe, intel_xpu, got \"cutlas\" (did you mean \"cutlass\"?)",
             "bad_flags.toml:19: configs[2].flags.\"--tp-size\": expected an integer >= 1 (the flag needs a value), got true (a switch)",
             "bad_flags.toml:25: configs[3].flags.\"--max-num-seqs\": expected a string, a number, or true/false to switch a flag on/off, got a list",
             "bad_flags.toml:25: configs[3].flags.\"max-num-seqs\": flag names start with \"-\" or \"--\", as on the command line (\"--max-num-seqs\"?)",

@@ -3,7 +3,7 @@
 //! before any engine restarts.
 
 use fleetbench_engines::EngineKind;
-use fleetbench_engines::flags::{FlagError, builtin_rules, check_flag};
+use fleetbench_engines::flags::{FlagError, FlagType, builtin_rules, check_flag};
 
 use super::walk::suggest;
 
@@ -45,10 +45,22 @@ pub(crate) fn check(
                 None => "true (a switch)".to_string(),
                 Some(_) => format!("{got:?}"),
             };
-            let hint = if value.is_some() && expected.contains("switch") {
-                " (write true to switch it on)"
-            } else {
-                ""
+            let choices = rules
+                .iter()
+                .find(|r| r.name == name)
+                .and_then(|r| match &r.ty {
+                    FlagType::Choice { values } => Some(values),
+                    _ => None,
+                });
+            let near = value
+                .zip(choices)
+                .and_then(|(v, cs)| suggest(v, cs.iter().map(String::as_str)));
+            let hint = match near {
+                Some(n) => format!(" (did you mean {n:?}?)"),
+                None if value.is_some() && expected.contains("switch") => {
+                    " (write true to switch it on)".to_string()
+                }
+                None => String::new(),
             };
             Err(Problem {
                 about_name: false,
