@@ -146,7 +146,13 @@ impl controller_server::Controller for ControllerService {
         let id = request.into_inner().job_id;
         // Subscribe before reading the past, so no event falls between the two.
         let mut live = self.scheduler.hub().subscribe(&id);
-        let job = self.job(&id).await?;
+        let job = match self.job(&id).await {
+            Ok(j) => j,
+            Err(e) => {
+                self.scheduler.hub().forget(&id);
+                return Err(e);
+            }
+        };
         let past = self.store().events(&id).await.map_err(store_status)?;
         // Live events already replayed are skipped by their sequence number (a set, not a
         // high-water mark: with concurrent writers a lower number can commit later).
