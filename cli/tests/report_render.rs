@@ -454,3 +454,31 @@ fn open_loop_levels_plot_against_request_rate() {
     assert!(html.contains("request rate (req/s)"));
     assert!(html.contains("Engine runs") && html.contains("run-b-1"));
 }
+
+#[test]
+fn two_jobs_in_one_report_keep_their_configs_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut results = results(false);
+    let mut second = self::results(false);
+    for l in &mut second.levels {
+        l.job_id = "job-2-later".into();
+    }
+    for c in &mut second.configs {
+        c.job_id = "job-2-later".into();
+    }
+    second.jobs[0].id = "job-2-later".into();
+    results.jobs.extend(second.jobs);
+    results.configs.extend(second.configs);
+    results.levels.extend(second.levels);
+    let compare = fleetbench_controller::compare::compare(&results);
+    assert_eq!(compare.groups[0].configs.len(), 4);
+    let files = report::write_all(dir.path(), &results, &compare).unwrap();
+    let html = std::fs::read_to_string(&files[2]).unwrap();
+    for name in ["a@job-1", "b@job-1", "a@job-2-la", "b@job-2-la"] {
+        assert!(
+            html.contains(&format!("</span>{name}</th>")),
+            "config table names {name}"
+        );
+    }
+    assert!(html.contains("fleetbench report: 2 jobs"));
+}

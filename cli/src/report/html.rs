@@ -362,11 +362,18 @@ fn configs(h: &mut String, results: &GetResultsResponse, colors: &Colors) {
     }
     h.push_str("<table><tr><th class=\"l\"></th>");
     for c in &results.configs {
+        // Same naming as the comparison: a name two jobs use gets its job's id prefix.
+        let clash = results.configs.iter().filter(|o| o.name == c.name).count() > 1;
+        let shown = if clash {
+            format!("{}@{}", c.name, &c.job_id[..c.job_id.len().min(8)])
+        } else {
+            c.name.clone()
+        };
         let _ = write!(
             h,
             "<th class=\"l\"><span class=\"swatch\" style=\"background:{}\"></span>{}</th>",
-            colors.css(&c.name),
-            esc(&c.name)
+            colors.css(&shown),
+            esc(&shown)
         );
     }
     h.push_str("</tr>\n");
