@@ -153,6 +153,10 @@ impl controller_server::Controller for ControllerService {
                 return Err(e);
             }
         };
+        if is_final(job.state) {
+            // Nothing live will come: drop the channel this watch just made.
+            self.scheduler.hub().forget(&id);
+        }
         let past = self.store().events(&id).await.map_err(store_status)?;
         // Live events already replayed are skipped by their sequence number (a set, not a
         // high-water mark: with concurrent writers a lower number can commit later).
