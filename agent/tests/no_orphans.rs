@@ -18,9 +18,13 @@ detached = subprocess.Popen(
     start_new_session=True)
 with open(pidfile, "w") as f:
     f.write(f"{os.getpid()} {inner.pid} {detached.pid}\n")
+sick = False
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200)
+        global sick
+        if self.path == "/sick":
+            sick = True
+        self.send_response(503 if sick and self.path == "/health" else 200)
         self.end_headers()
         self.wfile.write(b"ok")
         if self.path == "/crash":
@@ -145,5 +149,54 @@ async fn an_engine_that_dies_is_classified_and_its_workers_are_stopped() {
         eventually(Duration::from_secs(10), || pids.iter().all(|p| !alive(*p))).await,
         "workers of the dead engine survived: {:?}",
         pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_turns_unhealthy_is_classified_and_stopped() {
+    let work = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&profile(work.path())).unwrap();
+    let mut c = agent.client().await.unwrap();
+    let ev = apply(&mut c, spec("fake", "", 0, &[]), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let r = ready(&ev).expect("ready").clone();
+    let pids = read_pids(work.path());
+    let http = fleetbench_agent::http::HttpClient::new();
+    http.get(
+        &format!("{}/sick", r.base_url),
+        Duration::from_secs(2),
+        1024,
+    )
+    .await
+    .unwrap();
+
+    // Three failed health checks two seconds apart, then the verdict.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut st = c
+        .get_engine(agentpb::GetEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    while st.state != agentpb::EngineState::Failed as i32 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        st = c
+            .get_engine(agentpb::GetEngineRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+    }
+    let crash = st
+        .last_crash
+        .clone()
+        .unwrap_or_else(|| panic!("not failed: {st:?}\n{}", agent.log_text()));
+    assert_eq!(
+        crash.class,
+        agentpb::CrashClass::Unhealthy as i32,
+        "{crash:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || pids.iter().all(|p| !alive(*p))).await,
+        "the unhealthy engine was not stopped"
     );
 }
