@@ -53,6 +53,8 @@ pub fn spawn(
         cmd.pre_exec(move || {
             // Backstop if the agent dies without stopping the engine: SIGTERM (which engines
             // handle by stopping their workers) rather than SIGKILL (which orphans them).
+            // The signal fires when the forking *thread* ends: spawns happen on a tokio worker
+            // thread, which lives as long as the runtime (the agent never uses block_in_place).
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
