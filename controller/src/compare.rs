@@ -121,7 +121,7 @@ fn display_names(results: &GetResultsResponse) -> HashMap<(String, String), Stri
     for (job, id, name) in seen {
         let clash = by_name.get(&name).is_some_and(|l| l.len() > 1);
         let shown = if clash {
-            format!("{name}@{}", &job[..job.len().min(8)])
+            format!("{name}@{}", job.chars().take(8).collect::<String>())
         } else {
             name
         };

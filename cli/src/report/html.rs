@@ -365,7 +365,11 @@ fn configs(h: &mut String, results: &GetResultsResponse, colors: &Colors) {
         // Same naming as the comparison: a name two jobs use gets its job's id prefix.
         let clash = results.configs.iter().filter(|o| o.name == c.name).count() > 1;
         let shown = if clash {
-            format!("{}@{}", c.name, &c.job_id[..c.job_id.len().min(8)])
+            format!(
+                "{}@{}",
+                c.name,
+                c.job_id.chars().take(8).collect::<String>()
+            )
         } else {
             c.name.clone()
         };
