@@ -46,6 +46,16 @@ async fn apply_restart_benchmark_metrics_stop() {
     assert_eq!(status.pid, first.pid);
     assert_eq!(status.config_id, first.config_id);
 
+    // A follower of the logs (no tail) sees the next run's lines as they come.
+    let mut follow = c
+        .stream_logs(agentpb::StreamLogsRequest {
+            tail: 0,
+            follow: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+
     // Second flag set: the first engine is stopped and its whole group is gone.
     let ev = apply(
         &mut c,
@@ -81,6 +91,21 @@ async fn apply_restart_benchmark_metrics_stop() {
         "first engine's group still has processes"
     );
     assert!(!alive(first.pid as i32));
+    let followed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(l) = follow.next().await {
+            if l.unwrap().run_id == second.run_id {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        followed.ok(),
+        Some(true),
+        "the follower saw no line of the second run"
+    );
+    drop(follow);
     // The log parser saw the new limit in the sim's SGLang-style start-up lines.
     let status = c
         .get_engine(agentpb::GetEngineRequest {})
