@@ -45,10 +45,19 @@ struct Embedded {
 
 impl Embedded {
     async fn start(data_dir: &Path) -> anyhow::Result<Embedded> {
-        let agent =
-            fleetbench_agent::start(fleetbench_agent::AgentConfig::local(data_dir.join("agent")))
-                .await
-                .context("starting the local agent")?;
+        let mut config = fleetbench_agent::AgentConfig::local(data_dir.join("agent"));
+        // A free port for the engine instead of each kind's well-known one: a server the user
+        // already runs there (or one left by a killed run) must not fail the job.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .context("finding a free port for the local engine")?;
+        for profile in config.profiles.values_mut() {
+            profile.port = port;
+        }
+        let agent = fleetbench_agent::start(config)
+            .await
+            .context("starting the local agent")?;
         let hosts = vec![HostConfig {
             name: "local".into(),
             address: agent.addr.to_string(),
