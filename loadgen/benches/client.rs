@@ -48,6 +48,29 @@ fn sim(args: &[&str]) -> Sim {
     Sim(child, url)
 }
 
+/// `(sum, count)` of a histogram in the server's /metrics (seconds), summed over label sets.
+fn server_hist(url: &str, name: &str) -> (f64, f64) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect for /metrics");
+    let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read /metrics");
+    let get = |suffix: &str| -> f64 {
+        let prefix = format!("{name}{suffix}");
+        text.lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (get("_sum"), get("_count"))
+}
+
+fn server_mean_ms(before: (f64, f64), after: (f64, f64)) -> f64 {
+    (after.0 - before.0) / (after.1 - before.1).max(1.0) * 1e3
+}
+
 fn pin_self(cpu: usize) {
     // SAFETY: cpu_set_t is plain data; the calls only read the set we built.
     unsafe {
@@ -59,7 +82,8 @@ fn pin_self(cpu: usize) {
     }
 }
 
-fn cpu_time() -> Duration {
+/// (user, system) CPU time of this process.
+fn cpu_split() -> (Duration, Duration) {
     // SAFETY: getrusage fills the struct we pass.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
@@ -67,7 +91,7 @@ fn cpu_time() -> Duration {
         ru
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
 fn cfg(url: &str, out: u32, bound: Bound) -> BenchConfig {
@@ -91,30 +115,30 @@ async fn throughput() {
         secs()
     );
     println!(
-        "| writes | concurrency | streamed tokens/s | client CPU ms / 1,000 tokens | client CPU use |"
+        "| writes | concurrency | streamed tokens/s | client CPU ms / 1,000 tokens (user + sys) | client core busy |"
     );
     println!("|---|---|---|---|---|");
     for writes in ["per-token", "coalesced"] {
         let s = sim(&["--ttft-ms", "0", "--itl-ms", "0", "--stream-writes", writes]);
         for c in [64u32, 512] {
-            let runner = Runner::new(cfg(&s.1, 256, Bound::Duration(Duration::from_secs(secs()))))
-                .await
-                .expect("runner");
-            let level = Level::closed(c);
-            let cpu0 = cpu_time();
+            let mut conf = cfg(&s.1, 256, Bound::Duration(Duration::from_secs(secs())));
+            conf.warmup = 0; // getrusage would count it
+            let runner = Runner::new(conf).await.expect("runner");
+            let (u0, s0) = cpu_split();
             let r = runner
-                .run_level(0, &level, None, CancellationToken::new())
+                .run_level(0, &Level::closed(c), None, CancellationToken::new())
                 .await;
-            let cpu = cpu_time() - cpu0;
+            let (u1, s1) = cpu_split();
             assert_eq!(r.failed, 0, "{r:?}");
-            // getrusage covers the warm-up too: count its tokens (64 × 256) in the divisor.
-            let tokens = r.output_tokens + 64 * 256;
-            let wall = r.duration_s;
+            let per_k = |d: Duration| d.as_secs_f64() * 1e3 / (r.output_tokens as f64 / 1e3);
+            let (user, sys) = (u1 - u0, s1 - s0);
             println!(
-                "| {writes} | {c} | {:.0} | {:.3} | {:.0}% |",
+                "| {writes} | {c} | {:.0} | {:.3} ({:.3} + {:.3}) | {:.0}% |",
                 r.output_tokens_per_s,
-                cpu.as_secs_f64() * 1e3 / (tokens as f64 / 1e3),
-                100.0 * cpu.as_secs_f64() / (wall + 0.0001).max(0.0001)
+                per_k(user + sys),
+                per_k(user),
+                per_k(sys),
+                100.0 * (user + sys).as_secs_f64() / r.duration_s.max(1e-6)
             );
         }
     }
@@ -126,28 +150,39 @@ async fn accuracy() {
         "## Client-added error: server injects TTFT 50 ms, ITL 5 ms (per-token writes), 64 output tokens"
     );
     println!(
-        "| concurrency | requests | TTFT p50 − 50 | TTFT p99 − 50 | ITL p50 − 5 | ITL p99 − 5 | (ms) |"
+        "| concurrency | requests | TTFT p50 − 50 | TTFT p99 − 50 | ITL p50 − 5 | ITL p99 − 5 | client − server mean TTFT | client − server mean ITL |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let s = sim(&["--ttft-ms", "50", "--itl-ms", "5"]);
+    const TTFT: &str = "sglang:time_to_first_token_seconds";
+    const ITL: &str = "sglang:inter_token_latency_seconds";
     for (c, n) in [(1u32, 30u32), (64, 640), (512, 3072)] {
         let mut conf = cfg(&s.1, 64, Bound::Requests(n));
-        conf.warmup = c.min(64);
+        // No warm-up, so that the server's histograms cover exactly the measured requests.
+        conf.warmup = 0;
         let runner = Runner::new(conf).await.expect("runner");
+        let (t0, i0) = (server_hist(&s.1, TTFT), server_hist(&s.1, ITL));
         let r = runner
             .run_level(0, &Level::closed(c), None, CancellationToken::new())
             .await;
+        let (t1, i1) = (server_hist(&s.1, TTFT), server_hist(&s.1, ITL));
         assert_eq!(r.failed, 0, "{r:?}");
         let g =
             |s: &fleetbench_loadgen::Stats, k: &str, base: f64| s.get(k).unwrap_or(f64::NAN) - base;
         println!(
-            "| {c} | {n} | {:+.3} | {:+.3} | {:+.3} | {:+.3} | |",
+            "| {c} | {n} | {:+.3} | {:+.3} | {:+.3} | {:+.3} | {:+.3} | {:+.4} |",
             g(&r.ttft_ms, "p50", 50.0),
             g(&r.ttft_ms, "p99", 50.0),
             g(&r.itl_ms, "p50", 5.0),
-            g(&r.itl_ms, "p99", 5.0)
+            g(&r.itl_ms, "p99", 5.0),
+            r.ttft_ms.mean - server_mean_ms(t0, t1),
+            r.itl_ms.mean - server_mean_ms(i0, i1),
         );
     }
+    println!();
+    println!(
+        "(ms; the server's means come from its own /metrics histograms over the same requests)"
+    );
 }
 
 fn secs() -> u64 {
