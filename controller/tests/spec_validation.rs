@@ -124,7 +124,7 @@ fn bad_top() {
             "bad_top.toml:8: hosts.gpu_count: must be at least 1, got 0",
             "bad_top.toml:9: hosts.labels.zone: expected a string, got a list",
             "bad_top.toml:16: search: tuning searches ([search]) are not supported by this version yet",
-            "bad_top.toml:19: suite: regression suites ([suite]) are not supported by this version yet",
+            "bad_top.toml:19: suite: this is a regression suite: run it with `fleetbench regress`, not as a job",
         ],
     );
 }

@@ -104,14 +104,20 @@ fn job(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) -> Option<JobSpec> {
     })
 }
 
-/// Tables a later version adds; refused by name so that a newer spec never half-runs here.
+/// Tables another reader takes (`parse_ext` with that key); refused by name here so that a
+/// suite or a search never half-runs as a plain job.
 fn reserved(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) {
-    for (key, what) in [
-        ("search", "tuning searches ([search])"),
-        ("suite", "regression suites ([suite])"),
+    for (key, msg) in [
+        (
+            "search",
+            "tuning searches ([search]) are not supported by this version yet",
+        ),
+        (
+            "suite",
+            "this is a regression suite: run it with `fleetbench regress`, not as a job",
+        ),
     ] {
         if root.has(key) && key != allowed {
-            let msg = format!("{what} are not supported by this version yet");
             ctx.error(Some(&root.key_span(key)), key, msg);
         }
     }
