@@ -119,6 +119,14 @@ async fn a_crash_is_a_result_and_the_engine_restarts_for_the_next_level() {
         !r.runs[0].argv.is_empty(),
         "the run keeps the engine's argv"
     );
+    // The engine's metrics were relayed during the trial and kept (downsampled) for reports.
+    assert!(
+        r.telemetry
+            .iter()
+            .any(|p| p.series == "engine.running_requests" && p.run_id == r.runs[0].run_id),
+        "{:?}",
+        r.telemetry.iter().map(|p| &p.series).collect::<Vec<_>>()
+    );
 
     // Watching a finished job replays it: two engine starts (before and after the crash),
     // three levels, and the final state last.
@@ -367,4 +375,55 @@ fn a_bad_config_exits_non_zero_before_binding() {
     assert!(err.contains("heartbeat_interval: \"often\""), "{err}");
     // Nothing was bound.
     std::net::TcpListener::bind(("0.0.0.0", port)).expect("port still free");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_on_a_postgres_store() {
+    let base = std::env::var("FLEETBENCH_TEST_POSTGRES_URL").expect(
+        "FLEETBENCH_TEST_POSTGRES_URL is not set (scripts/test.sh starts PostgreSQL and sets it)",
+    );
+    let name = format!("fleetbench_jobs_{}", std::process::id());
+    let admin = fleetbench_controller::store::Store::open(&base)
+        .await
+        .unwrap();
+    admin
+        .execute_raw(&format!("DROP DATABASE IF EXISTS {name}"))
+        .await
+        .unwrap();
+    admin
+        .execute_raw(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let url = format!("{}/{name}", base.rsplit_once('/').unwrap().0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let a1 = spawn_agent(dir.path(), "p1", fleetbench_testkit::free_port());
+    let a2 = spawn_agent(dir.path(), "p2", fleetbench_testkit::free_port());
+    let ctl = controller(dir.path(), &[&a1, &a2], |c| c.store_url = url.clone()).await;
+    let mut c = client(ctl.addr).await;
+    let text = format!(
+        "repeats = 2\n{}\n[[configs]]\nname = \"B\"\nextends = \"A\"\nflags = {{ \"--itl-ms\" = 7 }}\n",
+        spec("pg", "", "1, 2, 4", 6)
+    );
+    let id = submit(&mut c, &text).await;
+    let job = wait_job(&mut c, &id, Duration::from_secs(180)).await;
+    assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
+    assert_eq!((job.trials_done, job.levels_done), (4, 12));
+    let r = c
+        .get_results(GetResultsRequest {
+            job_ids: vec![id.clone()],
+            include_telemetry: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.levels.len(), 12);
+    assert_eq!(r.configs.len(), 2);
+    let hosts: std::collections::BTreeSet<_> = r.runs.iter().map(|r| r.host.as_str()).collect();
+    assert_eq!(hosts.len(), 2, "both hosts ran trials: {hosts:?}");
+    ctl.shutdown().await;
+    admin
+        .execute_raw(&format!("DROP DATABASE {name}"))
+        .await
+        .unwrap();
 }
