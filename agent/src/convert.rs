@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fleetbench_engines::EngineKind;
 use fleetbench_engines::crash::{Crash, CrashClass};
+use fleetbench_engines::flags::FlagType;
 use fleetbench_loadgen as lg;
 use fleetbench_proto::agentpb;
 
@@ -48,6 +49,27 @@ pub fn crash_to_proto(
         exit_code,
         signal,
         summary: c.summary,
+    }
+}
+
+/// A flag rule's type in words, as `GetHost` lists it ("int 1..", "one of a,b").
+pub fn describe_flag_type(t: &FlagType) -> String {
+    let range = |min: Option<String>, max: Option<String>| match (min, max) {
+        (None, None) => String::new(),
+        (a, b) => format!(" {}..{}", a.unwrap_or_default(), b.unwrap_or_default()),
+    };
+    match t {
+        FlagType::Switch => "switch".into(),
+        FlagType::Int { min, max } => format!(
+            "int{}",
+            range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))
+        ),
+        FlagType::Float { min, max } => format!(
+            "float{}",
+            range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))
+        ),
+        FlagType::Choice { values } => format!("one of {}", values.join(",")),
+        FlagType::String => "string".into(),
     }
 }
 

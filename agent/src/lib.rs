@@ -19,6 +19,7 @@ pub mod host;
 pub mod http;
 pub mod metrics;
 pub mod profile;
+pub mod program;
 pub mod register;
 pub mod server;
 pub mod service;

@@ -2,17 +2,17 @@
 //! (never a shell command line) after checking every part against the profile.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
 use fleetbench_engines::EngineKind;
-use fleetbench_engines::flags::{FlagError, FlagRule, FlagType, builtin_rules, check_flag};
+use fleetbench_engines::flags::{FlagError, FlagRule, builtin_rules, check_flag};
 use fleetbench_proto::agentpb;
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 
 use crate::config::ConfigError;
+pub use crate::program::resolve_program;
 
 /// Whether a profile's `flags` add to the kind's built-in rules or replace them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -463,7 +463,7 @@ impl Profile {
                 .iter()
                 .map(|r| agentpb::FlagRuleInfo {
                     name: r.name.clone(),
-                    r#type: describe_type(&r.ty),
+                    r#type: crate::convert::describe_flag_type(&r.ty),
                 })
                 .collect(),
             allows_any_model: self.models.is_none(),
@@ -483,62 +483,6 @@ fn url_host(host: &str) -> String {
         h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
         h => h.to_string(),
     }
-}
-
-fn describe_type(t: &FlagType) -> String {
-    let range = |min: Option<String>, max: Option<String>| match (min, max) {
-        (None, None) => String::new(),
-        (a, b) => format!(" {}..{}", a.unwrap_or_default(), b.unwrap_or_default()),
-    };
-    match t {
-        FlagType::Switch => "switch".into(),
-        FlagType::Int { min, max } => format!(
-            "int{}",
-            range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))
-        ),
-        FlagType::Float { min, max } => format!(
-            "float{}",
-            range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))
-        ),
-        FlagType::Choice { values } => format!("one of {}", values.join(",")),
-        FlagType::String => "string".into(),
-    }
-}
-
-/// Finds the program: an absolute path as is; a bare name next to the agent's own executable
-/// (where `fleetbench-sim` is installed with it), then on `PATH`. Relative paths are refused:
-/// what they name would depend on the agent's working directory.
-pub fn resolve_program(program: &str) -> Result<PathBuf, String> {
-    let p = Path::new(program);
-    if p.is_absolute() {
-        return if is_executable(p) {
-            Ok(p.to_path_buf())
-        } else {
-            Err(format!("{program} is not an executable file"))
-        };
-    }
-    if program.contains('/') {
-        return Err("relative paths are not allowed: give an absolute path or a bare name".into());
-    }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
-        dirs.push(dir);
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        dirs.extend(std::env::split_paths(&path));
-    }
-    dirs.into_iter()
-        .map(|d| d.join(program))
-        .find(|c| is_executable(c))
-        .ok_or_else(|| "not found next to the agent's executable nor on PATH".to_string())
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[cfg(test)]

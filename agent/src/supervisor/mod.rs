@@ -4,6 +4,7 @@
 
 pub mod group;
 pub mod logs;
+mod release;
 mod spawn;
 mod task;
 
