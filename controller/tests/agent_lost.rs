@@ -158,3 +158,88 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
     );
     assert_eq!(other_runs.count(), 5);
 }
+
+/// A host that hangs without closing its connections (SIGSTOP: no RST, no FIN) is found out by
+/// HTTP/2 keep-alive; its trial moves to the other host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_agent_is_detected_and_its_trial_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut agents: Vec<Proc> = ["f1", "f2"]
+        .iter()
+        .map(|n| spawn_agent(dir.path(), n, fleetbench_testkit::free_port()))
+        .collect();
+    let cfg = controller_config(
+        dir.path(),
+        "127.0.0.1:0",
+        &agents.iter().collect::<Vec<_>>(),
+    );
+    let ctl = spawn_controller(&cfg, &dir.path().join("controller.log"));
+    let mut client = client(ctl.addr).await;
+    let job_id = client
+        .submit_job(SubmitJobRequest {
+            spec_toml: sim_spec("frozen", 1, &["f1", "f2"]),
+            file_name: "frozen.toml".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id;
+    let mut events = client
+        .watch_job(WatchJobRequest {
+            job_id: job_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (host, trial) = loop {
+        let ev = tokio::time::timeout(Duration::from_secs(120), events.message())
+            .await
+            .expect("events keep coming")
+            .unwrap()
+            .expect("job still running");
+        if let Some(job_event::Event::Level(l)) = ev.event {
+            if l.result.unwrap().level_index == 0 {
+                break (l.host, l.trial_id);
+            }
+        }
+    };
+    drop(events);
+    let frozen = agents.iter_mut().find(|a| a.name == host).unwrap();
+    let pid = frozen.child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+
+    let job = wait_job(&mut client, &job_id, Duration::from_secs(300)).await;
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+    assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
+    assert_eq!((job.levels_done, job.levels_total), (8, 8));
+    let store = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("controller.db").display()
+    ))
+    .await
+    .unwrap();
+    let runs: Vec<_> = store
+        .runs(&job_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.trial_id == trial)
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(
+        (runs[0].host.as_str(), runs[0].state),
+        (host.as_str(), RunState::HostLost as i32)
+    );
+    assert_ne!(runs[1].host, host);
+    assert_eq!(runs[1].state, RunState::Done as i32);
+    assert_eq!(
+        store.stored_level_indices(&trial).await.unwrap(),
+        vec![0, 1, 2, 3]
+    );
+}
