@@ -2,7 +2,10 @@
 //! probe. A small, quick-to-build binary for trying the crate on a GPU machine.
 //!
 //! Usage: fleetbench-gpu-check [--samples N] [--interval-ms MS] [--buffer-mib MIB] [--repeats N]
-//!        [--pairs 0-1,1-0] [--json FILE] [--no-probe]
+//!        [--pairs 0-1,1-0] [--json FILE] [--no-probe] [--self-test]
+//!
+//! `--self-test` runs the pair measurement code on GPU 0 against itself (useful where only one
+//! GPU is lent).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -16,6 +19,7 @@ struct Args {
     opts: ProbeOptions,
     json: Option<String>,
     probe: bool,
+    self_test: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -25,6 +29,7 @@ fn parse_args() -> Result<Args, String> {
         opts: ProbeOptions::default(),
         json: None,
         probe: true,
+        self_test: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -46,6 +51,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--json" => a.json = Some(value("--json")?),
             "--no-probe" => a.probe = false,
+            "--self-test" => a.self_test = true,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -94,6 +100,19 @@ fn main() -> ExitCode {
         "GPU processes: {}",
         serde_json::to_string(&procs).unwrap_or_default()
     );
+    if args.self_test {
+        match p2p::self_test(&args.opts) {
+            Ok(figures) => {
+                for (label, v) in figures {
+                    println!("self-test: {label}: {v:.2}");
+                }
+            }
+            Err(e) => {
+                eprintln!("error: self-test: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     if !args.probe {
         return ExitCode::SUCCESS;
     }

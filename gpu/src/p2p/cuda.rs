@@ -65,6 +65,9 @@ pub(crate) struct Cuda {
     /// `cuStreamWaitValue32` worked; without it runs are timed without holding the stream.
     hold_works: bool,
     buffer_bytes: usize,
+    /// Copy within one GPU through `cuMemcpyPeerAsync` too (the one-GPU self-test uses it to
+    /// run the pair code path on a host with a single GPU).
+    pub peer_api_always: bool,
 }
 
 /// Whether the CUDA driver library can be loaded at all (cudarc panics on first use otherwise).
@@ -108,6 +111,7 @@ impl Cuda {
             flag: None,
             hold_works: true,
             buffer_bytes,
+            peer_api_always: false,
         };
         for i in 0..ordinals {
             let ctx = CudaContext::new(i as usize).map_err(cuda_err("cuDevicePrimaryCtxRetain"))?;
@@ -279,7 +283,7 @@ impl Cuda {
         let (s, d) = (&self.gpus[src], &self.gpus[dst]);
         // SAFETY: buffers are live and at least `bytes` long; the stream's context is current.
         unsafe {
-            if src == dst {
+            if src == dst && !self.peer_api_always {
                 result::memcpy_dtod_async(d.b, s.a, bytes, stream)
                     .map_err(cuda_err("cuMemcpyDtoDAsync"))
             } else {

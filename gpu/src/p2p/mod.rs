@@ -281,6 +281,57 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
     })
 }
 
+/// Runs the pair measurement path on GPU 0 against itself (copies through
+/// `cuMemcpyPeerAsync`, bidirectional on two streams, latency with and without holding the
+/// stream), so that a one-GPU host exercises the code a pair uses. Figures: (label, value).
+#[doc(hidden)]
+pub fn self_test(opts: &ProbeOptions) -> Result<Vec<(String, f64)>, ProbeError> {
+    if !cuda::driver_present() {
+        return Err(ProbeError::NoCudaDriver);
+    }
+    if cuda::device_count()? == 0 {
+        return Err(ProbeError::NoGpus);
+    }
+    opts.validate(1)?;
+    let buffer = opts.buffer_bytes as usize;
+    let mut c = Cuda::open(1, buffer)?;
+    c.peer_api_always = true;
+    let copy_bytes = buffer as f64 * f64::from(BANDWIDTH_COPIES);
+    let mut out = Vec::new();
+    for hold in [false, true] {
+        let tag = if hold { "held" } else { "not held" };
+        let uni = median_of(&mut c, opts.repeats, &mut |c| {
+            c.time_uni(0, 0, buffer, BANDWIDTH_COPIES, hold)
+                .map(|t| copy_bytes / t / 1e9)
+        })?;
+        let bidi = median_of(&mut c, opts.repeats, &mut |c| {
+            c.time_bidi(0, 0, buffer, BANDWIDTH_COPIES, hold)
+                .map(|t| 2.0 * copy_bytes / t / 1e9)
+        })?;
+        let lat = median_of(&mut c, opts.repeats, &mut |c| {
+            c.time_uni(0, 0, LATENCY_BYTES, LATENCY_COPIES, hold)
+                .map(|t| t * 1e6 / f64::from(LATENCY_COPIES))
+        })?;
+        out.push((
+            format!("uni GB/s via cuMemcpyPeerAsync, {tag}"),
+            uni.unwrap_or(f64::NAN),
+        ));
+        out.push((
+            format!("bidi GB/s on two streams, {tag}"),
+            bidi.unwrap_or(f64::NAN),
+        ));
+        out.push((
+            format!("latency µs per 16 B copy, {tag}"),
+            lat.unwrap_or(f64::NAN),
+        ));
+    }
+    out.push((
+        "stream hold worked (1 = yes)".into(),
+        if c.hold_works() { 1.0 } else { 0.0 },
+    ));
+    Ok(out)
+}
+
 /// Timed runs after one warm-up; the median.
 fn median_of(
     cuda: &mut Cuda,
