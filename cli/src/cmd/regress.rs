@@ -1,10 +1,167 @@
-//! `fleetbench regress` (being built; see the issue that owns it).
+//! `fleetbench regress SUITE`: run a regression suite, compare every gated metric at every
+//! level with the baseline, print the verdicts, write JUnit XML, exit 1 on a regression.
+//!
+//! Like `run`, with no controller address it starts an embedded controller with local agents
+//! (`--agents N`), whose store keeps the suite's history (baselines, last passing run).
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use fleetbench_controller::HostConfig;
+use fleetbench_controller::regress::{self, History, RegressError, Status};
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetbench regress` is not built yet")
+use super::jobs::{ControllerArgs, connect};
+use super::run::DEFAULT_DATA_DIR;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The suite (TOML: a job spec with a [suite] table).
+    pub suite: PathBuf,
+    /// Mark this run as a baseline named NAME (`baseline = "tag:NAME"` in later runs).
+    #[arg(long, value_name = "NAME")]
+    pub tag: Option<String>,
+    /// Write the verdicts as JUnit XML to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    /// Data directory of the embedded controller and agents.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// Local agents the embedded controller starts (hosts local-0, local-1, …).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub agents: u32,
+}
+
+/// A controller with local agents started in this process (no `--controller` given).
+pub(crate) struct LocalFleet {
+    pub controller: fleetbench_controller::ControllerHandle,
+    agents: Vec<fleetbench_agent::AgentHandle>,
+}
+
+impl LocalFleet {
+    pub(crate) async fn start(data_dir: &Path, agents: u32) -> anyhow::Result<LocalFleet> {
+        let mut handles = Vec::new();
+        let mut hosts = Vec::new();
+        for i in 0..agents {
+            let mut cfg = fleetbench_agent::AgentConfig::local(data_dir.join(format!("agent-{i}")));
+            cfg.name = format!("local-{i}");
+            let agent = match fleetbench_agent::start(cfg).await {
+                Ok(a) => a,
+                Err(e) => {
+                    for h in handles {
+                        fleetbench_agent::AgentHandle::shutdown(h).await;
+                    }
+                    return Err(e).context("starting a local agent");
+                }
+            };
+            hosts.push(HostConfig {
+                name: format!("local-{i}"),
+                address: agent.addr.to_string(),
+                labels: BTreeMap::new(),
+            });
+            handles.push(agent);
+        }
+        match fleetbench_controller::embedded::start_embedded(data_dir, hosts).await {
+            Ok(controller) => Ok(LocalFleet {
+                controller,
+                agents: handles,
+            }),
+            Err(e) => {
+                for h in handles {
+                    h.shutdown().await;
+                }
+                Err(e).context("starting the embedded controller")
+            }
+        }
+    }
+
+    pub(crate) async fn stop(self) {
+        self.controller.shutdown().await;
+        for a in self.agents {
+            a.shutdown().await;
+        }
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.suite)
+        .with_context(|| format!("cannot read the suite {}", args.suite.display()))?;
+    let file_name = args.suite.display().to_string();
+    // Refuse an invalid suite before anything starts.
+    if let Err(RegressError::Spec(errors)) = regress::load(&file_name, &text) {
+        for e in &errors {
+            eprintln!("{e}");
+        }
+        eprintln!(
+            "{} problem(s) in {file_name}; nothing was run",
+            errors.len()
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let tag = args.tag.clone().unwrap_or_default();
+    let (local, url) = match &args.controller.controller {
+        Some(url) => (None, url.clone()),
+        None => {
+            let l = LocalFleet::start(&args.data_dir, args.agents).await?;
+            let url = l.controller.url();
+            (Some(l), url)
+        }
+    };
+    let result = async {
+        let mut client = connect(&url, &args.controller).await?;
+        let history = History {
+            store: local.as_ref().map(|l| &l.controller.store),
+            metrics: local.as_ref().map(|l| &*l.controller.metrics),
+        };
+        anyhow::Ok(regress::run_suite(&mut client, history, &file_name, &text, &tag).await)
+    }
+    .await;
+    if let Some(l) = local {
+        l.stop().await;
+    }
+    let outcome = match result? {
+        Ok(o) => o,
+        Err(RegressError::Spec(errors)) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => return Err(e).context(format!("suite {file_name}")),
+    };
+    println!(
+        "suite {}: run {} (job {}), baseline: {}",
+        outcome.suite,
+        if tag.is_empty() { "-" } else { tag.as_str() },
+        outcome.job.id,
+        outcome
+            .baseline_job_id
+            .as_deref()
+            .unwrap_or("none (first run: nothing to compare)")
+    );
+    print!("{}", regress::verdict::render(&outcome.verdicts));
+    if let Some(path) = &args.junit {
+        let xml = regress::junit::junit_xml(&outcome.suite, &outcome.verdicts)
+            .context("rendering JUnit XML")?;
+        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    let regressions = outcome
+        .verdicts
+        .iter()
+        .filter(|v| v.status == Status::Regressed)
+        .count();
+    if outcome.passed {
+        println!("PASS: {} checks, no regression", outcome.verdicts.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "FAIL: {regressions} of {} checks regressed",
+            outcome.verdicts.len()
+        );
+        Ok(ExitCode::FAILURE)
+    }
 }

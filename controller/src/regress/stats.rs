@@ -63,6 +63,23 @@ pub fn relative_change(
     })
 }
 
+/// The share of bootstrap resamples in which the mean of `a` beats (is above) the mean of
+/// `b`: the confidence that `a` is really the better one.
+pub fn prob_above(a: &[f64], b: &[f64], resamples: u32, seed: u64) -> Option<f64> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let resample = |rng: &mut StdRng, xs: &[f64]| -> f64 {
+        let n = xs.len();
+        (0..n).map(|_| xs[rng.random_range(0..n)]).sum::<f64>() / n as f64
+    };
+    let wins = (0..resamples.max(1))
+        .filter(|_| resample(&mut rng, a) > resample(&mut rng, b))
+        .count();
+    Some(wins as f64 / f64::from(resamples.max(1)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,7 +59,7 @@ pub fn group(levels: &[StoredLevel]) -> Grouped {
     sorted.sort_by_key(|l| l.repeat);
     for l in sorted {
         let Some(r) = &l.result else { continue };
-        let label = level_label(&r.level.clone().unwrap_or_default());
+        let label = level_label(&r.level.unwrap_or_default());
         out.entry((l.config_name.clone(), l.workload.clone(), label))
             .or_default()
             .push(r.clone());

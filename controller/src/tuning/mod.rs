@@ -1,1 +1,37 @@
-//! Tuning searches over engine flags.
+//! Tuning searches over engine flags (`[search]` in a job spec; docs/tuning.md).
+//!
+//! - [`space`]: candidates from the space (grid, constraints, random draw) and the job spec
+//!   of a round.
+//! - [`score`]: a candidate's objective under the SLO, Pareto front, engine-minutes.
+//! - [`search`]: grid / random / successive halving, one job per round.
+//! - [`saturation`]: per config, bracket and bisect the highest concurrency meeting the SLO.
+//! - [`render`]: the outcome as text for the CLI and the stored report.
+
+pub mod render;
+pub mod saturation;
+pub mod score;
+pub mod search;
+pub mod space;
+
+use crate::regress::FleetError;
+use crate::spec::search::{SearchSpec, parse_search};
+use crate::spec::{JobSpec, SpecError};
+
+/// Errors of a tuning search.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// The search spec is invalid; every problem, located.
+    #[error("{}", crate::spec::render_errors(.0))]
+    Spec(Vec<SpecError>),
+    /// Talking to the controller failed.
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    /// A round's job spec could not be generated from the file.
+    #[error("generating a round's job spec: {0}")]
+    Toml(String),
+}
+
+/// Parses a search spec.
+pub fn parse(file_name: &str, text: &str) -> Result<(JobSpec, SearchSpec), TuneError> {
+    parse_search(file_name, text).map_err(TuneError::Spec)
+}

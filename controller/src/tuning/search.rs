@@ -1,0 +1,301 @@
+//! The search driver: grid, random and successive halving. Each round is one ordinary job
+//! (one config per candidate) submitted through the controller, so candidates run in
+//! parallel on every matching host, crashes are classified by the scheduler, and every
+//! result is stored. A candidate that fails to start or crashes everywhere is pruned.
+
+use std::collections::BTreeMap;
+
+use super::score::{self, Measured, Point};
+use super::space::{self, Candidate, Round};
+use super::{TuneError, parse};
+use crate::regress::Fleet;
+use crate::regress::stats::{prob_above, relative_change};
+use crate::spec::search::{SearchSpec, Strategy};
+
+/// Where a candidate's search ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fate {
+    /// Ran in the last round.
+    Finalist,
+    /// Ranked out after this (0-based) rung.
+    Eliminated(u32),
+    /// Failed to start or crashed at every level, with the classification.
+    Pruned(String),
+}
+
+/// One candidate's results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateResult {
+    pub candidate: Candidate,
+    /// Its results in the last round it ran.
+    pub measured: Option<Measured>,
+    pub rung: u32,
+    pub fate: Fate,
+}
+
+/// One job the search ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundSummary {
+    pub job_id: String,
+    pub rung: u32,
+    pub candidates: usize,
+    pub requests_fraction: f64,
+    pub repeats: u32,
+    pub engine_minutes: f64,
+}
+
+/// The best candidate's lead over the runner-up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Margin {
+    pub runner_up: String,
+    /// Relative lead of the mean objective, with its 95% bootstrap interval.
+    pub relative: f64,
+    pub low: f64,
+    pub high: f64,
+    /// Share of bootstrap resamples in which the best stays ahead.
+    pub confidence: f64,
+}
+
+/// The end of a search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuneOutcome {
+    pub name: String,
+    pub strategy: String,
+    pub objective: String,
+    pub candidates: Vec<CandidateResult>,
+    /// The best candidate's name, if any candidate met the SLO.
+    pub best: Option<String>,
+    /// The starting config's name.
+    pub start: String,
+    pub margin: Option<Margin>,
+    pub pareto: Vec<Point>,
+    pub rounds: Vec<RoundSummary>,
+    /// Engine-minutes the search spent (engine start-up plus level durations, all runs).
+    pub engine_minutes: f64,
+    /// What every candidate at the full budget would have cost, from the last round's cost
+    /// per candidate (equal to `engine_minutes` for a grid).
+    pub full_grid_minutes_estimate: f64,
+    /// A run of the best and of the starting config (for `fleetbench diff`).
+    pub best_run_id: Option<String>,
+    pub start_run_id: Option<String>,
+}
+
+impl TuneOutcome {
+    /// The best candidate's result.
+    pub fn best_result(&self) -> Option<&CandidateResult> {
+        let b = self.best.as_ref()?;
+        self.candidates.iter().find(|c| &c.candidate.name == b)
+    }
+}
+
+fn rank(measured: &BTreeMap<String, Measured>, names: &[String]) -> Vec<String> {
+    let mut alive: Vec<&String> = names
+        .iter()
+        .filter(|n| measured.get(*n).is_some_and(|m| m.failure.is_none()))
+        .collect();
+    alive.sort_by(|a, b| {
+        let (x, y) = (measured[*a].score, measured[*b].score);
+        y.total_cmp(&x).then_with(|| a.cmp(b))
+    });
+    alive.into_iter().cloned().collect()
+}
+
+/// Runs a search spec (`[search]` with any objective but `saturation`).
+pub async fn run_search<F: Fleet>(
+    fleet: &mut F,
+    file_name: &str,
+    text: &str,
+    mut progress: impl FnMut(String),
+) -> Result<TuneOutcome, TuneError> {
+    let (spec, search) = parse(file_name, text)?;
+    let mut cands = space::candidates(&spec, &search);
+    let start_name = spec.configs[0].name.clone();
+    if !cands.iter().any(|c| c.name == start_name) {
+        // The starting config is measured too, as the reference of the diff and the margin.
+        cands.insert(
+            0,
+            Candidate {
+                name: start_name.clone(),
+                flags: space::start_point(&spec.configs[0], &search),
+            },
+        );
+    }
+    let (rungs, eta) = match search.strategy {
+        Strategy::SuccessiveHalving { eta, rungs } => (rungs, eta),
+        _ => (1, 1),
+    };
+    let mut results: BTreeMap<String, CandidateResult> = cands
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                CandidateResult {
+                    candidate: c.clone(),
+                    measured: None,
+                    rung: 0,
+                    fate: Fate::Finalist,
+                },
+            )
+        })
+        .collect();
+    let mut alive: Vec<String> = cands.iter().map(|c| c.name.clone()).collect();
+    let mut rounds = Vec::new();
+    let mut run_ids: BTreeMap<String, String> = BTreeMap::new();
+    let mut last_round: Option<(String, f64)> = None;
+    let mut pareto_points = Vec::new();
+    for rung in 0..rungs {
+        let last = rung + 1 == rungs;
+        let fraction = f64::from(eta).powi(-((rungs - 1 - rung) as i32));
+        let repeats = if last { spec.repeats } else { 1 };
+        let round = Round {
+            job_name: format!("{} rung {}", spec.name, rung + 1),
+            candidates: alive.iter().map(|n| results[n].candidate.clone()).collect(),
+            repeats,
+            budget_fraction: fraction,
+            concurrency: None,
+        };
+        let toml = space::round_toml(text, &round).map_err(|e| TuneError::Toml(e.to_string()))?;
+        let job_id = fleet.submit(&toml, file_name, "").await?;
+        progress(format!(
+            "rung {}/{rungs}: job {job_id}: {} candidates, {:.0}% of the requests, {repeats} repeat(s)",
+            rung + 1,
+            alive.len(),
+            fraction * 100.0
+        ));
+        let job = fleet.wait(&job_id).await?;
+        let res = fleet.results(std::slice::from_ref(&job_id)).await?;
+        let minutes = score::engine_minutes(&res);
+        let measured = score::measure(&res, search.objective, &spec.load.slo, 1);
+        for run in &res.runs {
+            run_ids.insert(run.config_name.clone(), run.run_id.clone());
+        }
+        rounds.push(RoundSummary {
+            job_id: job_id.clone(),
+            rung,
+            candidates: alive.len(),
+            requests_fraction: fraction,
+            repeats,
+            engine_minutes: minutes,
+        });
+        for name in &alive {
+            let r = results
+                .get_mut(name)
+                .expect("alive candidates have results");
+            r.rung = rung;
+            r.measured = measured.get(name).cloned();
+            match measured.get(name) {
+                Some(m) if m.failure.is_some() => {
+                    r.fate = Fate::Pruned(m.failure.clone().unwrap_or_default());
+                    progress(format!(
+                        "  pruned {name}: {}",
+                        m.failure.as_deref().unwrap_or("")
+                    ));
+                }
+                None => {
+                    let why = format!("no result (job ended {})", job.error);
+                    r.fate = Fate::Pruned(why);
+                }
+                _ => {}
+            }
+        }
+        let ranked = rank(&measured, &alive);
+        if last {
+            last_round = Some((job_id, minutes / ranked.len().max(1) as f64));
+            for name in &ranked {
+                if let Some(m) = measured.get(name) {
+                    for l in &m.levels {
+                        pareto_points.push(Point {
+                            candidate: name.clone(),
+                            level: l.label.clone(),
+                            output_tokens_per_s: l.output_tokens_per_s,
+                            itl_p99_ms: l.itl_p99_ms,
+                        });
+                    }
+                }
+            }
+            alive = ranked;
+            break;
+        }
+        let keep = ranked.len().div_ceil(eta as usize).max(1);
+        for name in &ranked[keep.min(ranked.len())..] {
+            if let Some(r) = results.get_mut(name) {
+                r.fate = Fate::Eliminated(rung);
+            }
+        }
+        progress(format!(
+            "  promoted: {}",
+            ranked[..keep.min(ranked.len())].join(", ")
+        ));
+        alive = ranked.into_iter().take(keep).collect();
+        if alive.is_empty() {
+            break;
+        }
+    }
+    let best = alive
+        .first()
+        .filter(|n| results[*n].measured.as_ref().is_some_and(|m| m.score > 0.0))
+        .cloned();
+    let margin = match (alive.first(), alive.get(1)) {
+        (Some(b), Some(r)) => {
+            let (bm, rm) = (results[b].measured.clone(), results[r].measured.clone());
+            match (bm, rm) {
+                (Some(bm), Some(rm)) => {
+                    let change =
+                        relative_change(&rm.score_repeats, &bm.score_repeats, 0.95, 2000, 7);
+                    let conf = prob_above(&bm.score_repeats, &rm.score_repeats, 2000, 11);
+                    change.zip(conf).map(|(c, conf)| Margin {
+                        runner_up: r.clone(),
+                        relative: c.relative,
+                        low: c.low,
+                        high: c.high,
+                        confidence: conf,
+                    })
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let engine_minutes: f64 = rounds.iter().map(|r| r.engine_minutes).sum();
+    let per_candidate = last_round.as_ref().map_or(0.0, |(_, m)| *m);
+    let full_grid_minutes_estimate = if rungs == 1 {
+        engine_minutes
+    } else {
+        per_candidate * cands.len() as f64
+    };
+    let mut candidates: Vec<CandidateResult> = results.into_values().collect();
+    candidates.sort_by(|a, b| {
+        let key = |c: &CandidateResult| {
+            let s = c.measured.as_ref().map_or(0.0, |m| m.score);
+            (std::cmp::Reverse(c.rung), -s)
+        };
+        let (ka, kb) = (key(a), key(b));
+        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
+    });
+    Ok(TuneOutcome {
+        name: spec.name.clone(),
+        strategy: strategy_label(&search),
+        objective: search.objective.name().to_string(),
+        best_run_id: best.as_ref().and_then(|b| run_ids.get(b).cloned()),
+        start_run_id: run_ids.get(&start_name).cloned(),
+        candidates,
+        best,
+        start: start_name,
+        margin,
+        pareto: score::pareto(&pareto_points),
+        rounds,
+        engine_minutes,
+        full_grid_minutes_estimate,
+    })
+}
+
+/// The strategy in words, for output.
+pub fn strategy_label(search: &SearchSpec) -> String {
+    match &search.strategy {
+        Strategy::Grid => "grid".into(),
+        Strategy::Random { budget, seed } => format!("random (budget {budget}, seed {seed})"),
+        Strategy::SuccessiveHalving { eta, rungs } => {
+            format!("successive halving (eta {eta}, {rungs} rungs)")
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! A fleet for suite and tuning tests and benchmarks: agent processes on loopback and an
+//! embedded controller in this process (its store and metrics readable), plus the suite
+//! text the regression detection checks run.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fleetbench_controller::{ControllerHandle, HostConfig};
+use fleetbench_proto::controllerpb::controller_client::ControllerClient;
+use tonic::transport::Channel;
+
+/// An agent process, killed when dropped.
+pub struct Agent {
+    child: Child,
+    pub name: String,
+    pub addr: String,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a plaintext loopback agent with the built-in profiles.
+pub fn spawn_agent(dir: &Path, name: &str) -> Agent {
+    let data = dir.join(name);
+    std::fs::create_dir_all(&data).unwrap();
+    let cfg = data.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(data.join("agent.log")).unwrap();
+    let mut child = Command::new(fleetbench_testkit::workspace_bin("fleetbench-agent"))
+        .args(["--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("spawn fleetbench-agent");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if !sent && let Some(a) = line.split(" listening on ").nth(1) {
+                let _ = tx.send(a.trim().to_string());
+                sent = true;
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("agent did not report its address");
+    Agent {
+        child,
+        name: name.to_string(),
+        addr,
+    }
+}
+
+/// Agents plus an embedded controller.
+pub struct Fleet {
+    pub agents: Vec<Agent>,
+    pub controller: ControllerHandle,
+}
+
+impl Fleet {
+    pub async fn start(dir: &Path, agents: usize) -> Fleet {
+        let agents: Vec<Agent> = (0..agents)
+            .map(|i| spawn_agent(dir, &format!("host-{i}")))
+            .collect();
+        let hosts = agents
+            .iter()
+            .map(|a| HostConfig {
+                name: a.name.clone(),
+                address: a.addr.clone(),
+                labels: Default::default(),
+            })
+            .collect();
+        let controller = fleetbench_controller::embedded::start_embedded(dir, hosts)
+            .await
+            .expect("embedded controller");
+        // Let the first heartbeat find the agents ready.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Fleet { agents, controller }
+    }
+
+    pub async fn client(&self) -> ControllerClient<Channel> {
+        ControllerClient::connect(self.controller.url())
+            .await
+            .expect("controller client")
+    }
+
+    pub async fn stop(self) {
+        self.controller.shutdown().await;
+        drop(self.agents);
+    }
+}
+
+/// The detection suite: one sim config whose build is `slowdown` times slower, its jitter
+/// seeded by `seed`, compared with the run tagged `base`.
+pub fn detection_suite(seed: u64, slowdown: f64, repeats: u32, baseline_tag: bool) -> String {
+    let baseline = if baseline_tag {
+        "\"tag:base\""
+    } else {
+        "\"last-passing\""
+    };
+    format!(
+        r#"name = "detect"
+repeats = {repeats}
+
+[[configs]]
+name = "sim"
+engine = "sim"
+model = "fleetbench/sim-moe-30b-a3b"
+flags = {{ "--moe-runner-backend" = "flashinfer_cutlass", "--time-scale" = 0.25, "--slowdown" = {slowdown:?}, "--seed" = {seed}, "--jitter" = 0.02 }}
+
+[[workloads]]
+name = "random-128-64"
+dataset = "random"
+input_len = 128
+output_len = 64
+ignore_eos = true
+
+[load]
+concurrency = [8]
+requests = 48
+
+[suite]
+baseline = {baseline}
+metrics = [
+  {{ name = "output_tokens_per_s", tolerance = 0.05 }},
+  {{ name = "itl_p50_ms", tolerance = 0.05 }},
+]
+"#
+    )
+}
