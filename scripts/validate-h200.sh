@@ -105,9 +105,10 @@ step "fleetbench probe-p2p (local)"
 run "$BIN/fleetbench" probe-p2p
 "$BIN/fleetbench" probe-p2p --json > "$OUT/probe-cli.json"; echo "[--json exit $?]"
 run "$BIN/fleetbench" probe-p2p --pairs 0-1
+run "$BIN/fleetbench" probe-p2p --buffer-mib 64 --repeats 5
 
-step "fleetbench-gpu-check (facts, samples, NVML call costs)"
-run "$BIN/fleetbench-gpu-check" --samples 3 --interval-ms 300 --no-probe
+step "fleetbench-gpu-check (facts, samples, NVML call costs, pair code path on GPU 0 against itself)"
+run "$BIN/fleetbench-gpu-check" --samples 3 --interval-ms 300 --no-probe --self-test
 
 step "agent shutdown"
 kill -TERM $AGENT; wait $AGENT; echo "[agent exit $?]"
