@@ -118,24 +118,31 @@ async fn one(
     s: &mut TcpStream,
     req: &[u8],
     buf: &mut [u8],
+    gaps: &mut Vec<f64>,
 ) -> anyhow::Result<(Duration, Duration, u64)> {
     let t0 = Instant::now();
     s.write_all(req).await?;
     let mut events = 0u64;
     let mut prev = 0u8;
     let mut first = None;
+    let mut last_event: Option<Instant> = None;
     let mut tail = [0u8; 5];
     loop {
         let n = s.read(buf).await?;
         if n == 0 {
             bail!("connection closed mid-stream");
         }
+        let now = Instant::now();
         for &c in &buf[..n] {
             if c == b'\n' && prev == b'\n' {
                 events += 1;
                 if first.is_none() {
-                    first = Some(Instant::now());
+                    first = Some(now);
                 }
+                if let Some(l) = last_event {
+                    gaps.push((now - l).as_secs_f64() * 1e3);
+                }
+                last_event = Some(now);
             }
             prev = c;
         }
@@ -180,8 +187,10 @@ async fn stream_bench(
             let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
             s.set_nodelay(true)?;
             let mut buf = vec![0u8; 256 * 1024];
+            let mut gaps = Vec::new();
             while Instant::now() < stop {
-                let (_, _, events) = one(&mut s, &req, &mut buf).await?;
+                gaps.clear();
+                let (_, _, events) = one(&mut s, &req, &mut buf, &mut gaps).await?;
                 // Token events, without the finish event and [DONE].
                 total.fetch_add(events.saturating_sub(2), Relaxed);
             }
@@ -289,10 +298,52 @@ fn story_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<(
         ),
     ];
     let levels = [1usize, 8, 32, 128, 256, 512];
+    let predict_only = args.iter().any(|a| a == "--predict-only");
     println!("workload: random, input {input}, output {output}, ignore_eos; --time-scale {scale}");
+    if predict_only {
+        println!(
+            "{:>6} {:>6} {:>9} {:>13} {:>10} {:>10} {:>10} {:>10}",
+            "config",
+            "conc",
+            "requests",
+            "output tok/s",
+            "ttft p50",
+            "itl p50",
+            "itl p99",
+            "wall s"
+        );
+        for (name, flags) in &configs {
+            let mut sim_args: Vec<String> = flags.split_whitespace().map(String::from).collect();
+            sim_args.extend(["--time-scale".to_string(), scale.to_string()]);
+            let params = ModelParams::from_args(&parse_args(&sim_args)?)?;
+            for &c in &levels {
+                let n = if per_level > 0 {
+                    per_level
+                } else {
+                    (c * 2).max(8)
+                };
+                let p = closed_loop(&params, c as u32, input as u32, output, n as u32);
+                if p.crashed {
+                    println!("{name:>6} {c:>6} {n:>9} {:>13}", "CRASH");
+                    continue;
+                }
+                println!(
+                    "{name:>6} {c:>6} {n:>9} {:>13.1} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>10.2}",
+                    p.output_tokens_per_s, p.ttft_ms_p50, p.itl_ms_p50, p.itl_ms_p99, p.duration_s
+                );
+            }
+        }
+        return Ok(());
+    }
     println!(
-        "{:>6} {:>6} {:>13} {:>13} {:>10} {:>10}",
-        "config", "conc", "measured", "predicted", "ttft p50", "wall s"
+        "{:>6} {:>6} {:>21} {:>19} {:>19} {:>19} {:>7}",
+        "config",
+        "conc",
+        "tok/s meas/pred",
+        "ttft p50 meas/pred",
+        "itl p50 meas/pred",
+        "itl p99 meas/pred",
+        "wall s"
     );
     for (name, flags) in &configs {
         let mut sim_args: Vec<String> = flags.split_whitespace().map(String::from).collect();
@@ -311,9 +362,16 @@ fn story_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<(
             let res = rt.block_on(closed_level(server.port, c, n, req.clone()));
             let wall = t0.elapsed().as_secs_f64();
             match res {
-                Ok((tps, ttft)) => println!(
-                    "{name:>6} {c:>6} {tps:>13.1} {:>13.1} {:>9.2}ms {wall:>10.2}",
-                    pred.output_tokens_per_s, ttft
+                Ok(m) => println!(
+                    "{name:>6} {c:>6} {:>10.0}/{:<10.0} {:>9.2}/{:<9.2} {:>9.2}/{:<9.2} {:>9.2}/{:<9.2} {wall:>7.2}",
+                    m.output_tokens_per_s,
+                    pred.output_tokens_per_s,
+                    m.ttft_p50,
+                    pred.ttft_ms_p50,
+                    m.itl_p50,
+                    pred.itl_ms_p50,
+                    m.itl_p99,
+                    pred.itl_ms_p99
                 ),
                 Err(e) => {
                     println!(
@@ -334,7 +392,7 @@ async fn closed_level(
     conc: usize,
     n: usize,
     req: Arc<Vec<u8>>,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<Level> {
     let left = Arc::new(AtomicU64::new(n as u64));
     let tokens = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
@@ -346,25 +404,52 @@ async fn closed_level(
             s.set_nodelay(true)?;
             let mut buf = vec![0u8; 64 * 1024];
             let mut ttfts = Vec::new();
+            let mut gaps = Vec::new();
             while left
                 .fetch_update(Relaxed, Relaxed, |v| v.checked_sub(1))
                 .is_ok()
             {
-                let (ttft, _, events) = one(&mut s, &req, &mut buf).await?;
+                let before = gaps.len();
+                let (ttft, _, events) = one(&mut s, &req, &mut buf, &mut gaps).await?;
+                // Token gaps only: drop the gaps to the finish event and [DONE].
+                let keep = gaps.len().saturating_sub(2).max(before);
+                gaps.truncate(keep);
                 tokens.fetch_add(events.saturating_sub(2), Relaxed);
                 ttfts.push(ttft.as_secs_f64() * 1e3);
             }
-            anyhow::Ok(ttfts)
+            anyhow::Ok((ttfts, gaps))
         }));
     }
     let mut ttfts = Vec::new();
+    let mut gaps = Vec::new();
     for t in tasks {
-        ttfts.extend(t.await??);
+        let (a, b) = t.await??;
+        ttfts.extend(a);
+        gaps.extend(b);
     }
     let dt = t0.elapsed().as_secs_f64();
-    ttfts.sort_by(f64::total_cmp);
-    let p50 = ttfts.get(ttfts.len() / 2).copied().unwrap_or(0.0);
-    Ok((tokens.load(Relaxed) as f64 / dt, p50))
+    Ok(Level {
+        output_tokens_per_s: tokens.load(Relaxed) as f64 / dt,
+        ttft_p50: pct(&mut ttfts, 50.0),
+        itl_p50: pct(&mut gaps, 50.0),
+        itl_p99: pct(&mut gaps, 99.0),
+    })
+}
+
+struct Level {
+    output_tokens_per_s: f64,
+    ttft_p50: f64,
+    itl_p50: f64,
+    itl_p99: f64,
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
 }
 
 fn noise_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
@@ -388,8 +473,8 @@ fn noise_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<(
             .map(String::from)
             .collect();
             let server = start_sim(&sim_args, None)?;
-            let (tps, _) = rt.block_on(closed_level(server.port, conc, n, req.clone()))?;
-            v.push(tps);
+            let level = rt.block_on(closed_level(server.port, conc, n, req.clone()))?;
+            v.push(level.output_tokens_per_s);
         }
         let mean = v.iter().sum::<f64>() / v.len() as f64;
         let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64)
