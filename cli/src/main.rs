@@ -40,6 +40,8 @@ enum Command {
     ProbeP2p(cmd::probe_p2p::Args),
     /// Run a regression suite and compare with its baseline.
     Regress(cmd::regress::Args),
+    /// Search engine flags for the best config under an SLO ([search] spec).
+    Tune(cmd::tune::Args),
     /// Certificates for mTLS between controller and agents.
     Certs(cmd::certs::Args),
 }
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
             Command::Report(a) => cmd::report::run(a).await,
             Command::ProbeP2p(a) => cmd::probe_p2p::run(a).await,
             Command::Regress(a) => cmd::regress::run(a).await,
+            Command::Tune(a) => cmd::tune::run(a).await,
             Command::Certs(a) => cmd::certs::run(a).await,
         }
     });

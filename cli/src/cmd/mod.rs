@@ -11,4 +11,5 @@ pub mod probe_p2p;
 pub mod regress;
 pub mod report;
 pub mod run;
+pub mod tune;
 pub mod watch;

@@ -48,6 +48,12 @@ impl LocalFleet {
         for i in 0..agents {
             let mut cfg = fleetbench_agent::AgentConfig::local(data_dir.join(format!("agent-{i}")));
             cfg.name = format!("local-{i}");
+            if agents > 1 {
+                // The agents share this machine: each engine gets a port of its own.
+                for p in cfg.profiles.values_mut() {
+                    p.port = free_port()?;
+                }
+            }
             let agent = match fleetbench_agent::start(cfg).await {
                 Ok(a) => a,
                 Err(e) => {
@@ -84,6 +90,11 @@ impl LocalFleet {
             a.shutdown().await;
         }
     }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {

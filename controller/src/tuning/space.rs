@@ -156,8 +156,18 @@ pub fn round_toml(text: &str, round: &Round) -> Result<String, toml::de::Error> 
     }
     doc.insert("configs".into(), toml::Value::Array(configs));
     if let Some(load) = doc.get_mut("load").and_then(|l| l.as_table_mut()) {
+        // A cheap run is shorter, never narrower: at least one request per slot of the
+        // highest concurrency, so every level still reaches its load.
+        let widest = match &round.concurrency {
+            Some(cs) => cs.iter().copied().max().map(i64::from),
+            None => load
+                .get("concurrency")
+                .and_then(|c| c.as_array())
+                .and_then(|a| a.iter().filter_map(toml::Value::as_integer).max()),
+        }
+        .unwrap_or(8);
         if let Some(n) = load.get("requests").and_then(|r| r.as_integer()) {
-            let scaled = ((n as f64 * round.budget_fraction).round() as i64).max(8.min(n));
+            let scaled = ((n as f64 * round.budget_fraction).round() as i64).max(widest.min(n));
             load.insert("requests".into(), toml::Value::Integer(scaled));
         }
         if let Some(d) = load.get("duration").and_then(|d| d.as_str())

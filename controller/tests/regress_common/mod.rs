@@ -44,8 +44,11 @@ pub fn spawn_agent(dir: &Path, name: &str) -> Agent {
     std::fs::write(
         &cfg,
         format!(
-            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n",
-            data.display()
+            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n\
+             [profiles.sim]\nkind = \"sim\"\nport = {}\n",
+            data.display(),
+            // Each agent's engine on a port of its own: the agents share this machine.
+            fleetbench_testkit::free_port()
         ),
     )
     .unwrap();

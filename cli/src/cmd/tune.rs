@@ -1,0 +1,98 @@
+//! `fleetbench tune SPEC`: a tuning search (a job spec with a `[search]` table). Each round
+//! runs as a job on every matching host; prints every candidate, the best config with its
+//! margin and confidence, the Pareto front, engine-minutes, and the runs to `fleetbench diff`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use fleetbench_controller::spec::search::Objective;
+use fleetbench_controller::tuning::{self, TuneError};
+
+use super::jobs::{ControllerArgs, connect};
+use super::regress::LocalFleet;
+use super::run::DEFAULT_DATA_DIR;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The search spec (TOML: one [[configs]] to start from and a [search] table).
+    pub spec: PathBuf,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    /// Where the outcome is written (default: ./fleetbench-results/<name>/tuning.txt).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Data directory of the embedded controller and agents.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// Local agents the embedded controller starts (candidates run on all of them at once).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub agents: u32,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.spec)
+        .with_context(|| format!("cannot read the search spec {}", args.spec.display()))?;
+    let file_name = args.spec.display().to_string();
+    let (spec, search) = match tuning::parse(&file_name, &text) {
+        Ok(s) => s,
+        Err(TuneError::Spec(errors)) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            eprintln!(
+                "{} problem(s) in {file_name}; nothing was run",
+                errors.len()
+            );
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let candidates = tuning::space::candidates(&spec, &search).len();
+    println!(
+        "{file_name}: {candidates} candidates, {}",
+        tuning::search::strategy_label(&search)
+    );
+    let (local, url) = match &args.controller.controller {
+        Some(url) => (None, url.clone()),
+        None => {
+            let l = LocalFleet::start(&args.data_dir, args.agents).await?;
+            let url = l.controller.url();
+            (Some(l), url)
+        }
+    };
+    let result = async {
+        let mut client = connect(&url, &args.controller).await?;
+        let text = if search.objective == Objective::Saturation {
+            let o = tuning::saturation::run_saturation(&client, &file_name, &text).await?;
+            tuning::render::saturation(&o)
+        } else {
+            let o = tuning::search::run_search(&mut client, &file_name, &text, |line| {
+                println!("{line}");
+            })
+            .await?;
+            tuning::render::search(&o)
+        };
+        anyhow::Ok(text)
+    }
+    .await;
+    if let Some(l) = local {
+        l.stop().await;
+    }
+    let text = result?;
+    print!("\n{text}");
+    let path = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from("fleetbench-results")
+            .join(
+                spec.name
+                    .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+            )
+            .join("tuning.txt")
+    });
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}

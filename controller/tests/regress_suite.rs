@@ -1,0 +1,132 @@
+//! Regression suites end to end: real agent processes running the simulated engine, an
+//! embedded controller, the suite runner. A small, seeded version of the detection benchmark
+//! (`benches/regress_detection.rs`): no change passes, a 10% slower build fails, the history
+//! picks the last passing run, JUnit XML and metrics carry the verdicts.
+
+mod regress_common;
+
+use fleetbench_controller::regress::{self, History, RegressError, Status};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passing_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = regress_common::Fleet::start(dir.path(), 2).await;
+    let mut client = fleet.client().await;
+    let history = History {
+        store: Some(&fleet.controller.store),
+        metrics: Some(&fleet.controller.metrics),
+    };
+    let suite = |seed, slowdown, tagged| regress_common::detection_suite(seed, slowdown, 3, tagged);
+
+    // First run: nothing to compare with; it passes and becomes the tagged baseline.
+    let first = regress::run_suite(
+        &mut client,
+        history,
+        "detect.toml",
+        &suite(1, 1.0, false),
+        "base",
+    )
+    .await
+    .unwrap();
+    assert!(first.passed);
+    assert!(first.baseline_job_id.is_none());
+    assert!(
+        first
+            .verdicts
+            .iter()
+            .all(|v| v.status == Status::NoBaseline)
+    );
+    assert_eq!(first.verdicts.len(), 2, "two metrics at one level");
+
+    // Same build, other jitter seed: passes against the tagged baseline.
+    let same = regress::run_suite(
+        &mut client,
+        history,
+        "detect.toml",
+        &suite(2, 1.0, true),
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(same.baseline_job_id.as_deref(), Some(first.job.id.as_str()));
+    assert!(same.passed, "{}", regress::verdict::render(&same.verdicts));
+
+    // A 10% slower build: both metrics regress, outside the noise.
+    let slow = regress::run_suite(
+        &mut client,
+        history,
+        "detect.toml",
+        &suite(3, 1.10, true),
+        "",
+    )
+    .await
+    .unwrap();
+    assert!(!slow.passed, "{}", regress::verdict::render(&slow.verdicts));
+    for v in &slow.verdicts {
+        assert_eq!(
+            v.status,
+            Status::Regressed,
+            "{}: {}",
+            v.metric.name(),
+            v.detail
+        );
+        let c = v.change.expect("a change with its interval");
+        assert!(c.relative.abs() > 0.05 && c.low * c.high > 0.0, "{c:?}");
+    }
+    let xml = regress::junit::junit_xml("detect", &slow.verdicts).unwrap();
+    assert!(xml.contains("failures=\"2\""), "{xml}");
+    assert!(xml.contains("type=\"regression\""), "{xml}");
+
+    // The dashboard's metrics carry the last verdicts.
+    let text = fleet.controller.metrics.render_prometheus();
+    let regressed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("fleetbench_regression_regressed{"))
+        .collect();
+    assert!(
+        !regressed.is_empty() && regressed.iter().all(|l| l.ends_with(" 1")),
+        "{text}"
+    );
+
+    // History: newest first, with pass/fail; "last-passing" skips the failed run.
+    let runs = fleet.controller.store.suite_runs("detect").await.unwrap();
+    let passed: Vec<bool> = runs.iter().map(|r| r.passed).collect();
+    assert_eq!(passed, [false, true, true]);
+    assert_eq!(runs[2].tag, "base");
+    let after = regress::run_suite(
+        &mut client,
+        history,
+        "detect.toml",
+        &suite(4, 1.0, false),
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(after.baseline_job_id.as_deref(), Some(same.job.id.as_str()));
+    assert!(
+        after.passed,
+        "{}",
+        regress::verdict::render(&after.verdicts)
+    );
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_tag_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = regress_common::Fleet::start(dir.path(), 1).await;
+    let mut client = fleet.client().await;
+    let history = History {
+        store: Some(&fleet.controller.store),
+        metrics: None,
+    };
+    let text = regress_common::detection_suite(1, 1.0, 1, true);
+    let err = regress::run_suite(&mut client, history, "detect.toml", &text, "")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RegressError::NoBaseline(_)), "{err}");
+    assert!(err.to_string().contains("--tag base"), "{err}");
+    let jobs = fleet.controller.store.list_jobs(10).await.unwrap();
+    assert!(jobs.is_empty(), "nothing was submitted: {jobs:?}");
+    fleet.stop().await;
+}

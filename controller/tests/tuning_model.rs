@@ -1,0 +1,89 @@
+//! The tuning example against the simulator's model: the space is what the docs say (3+
+//! flags, 24+ candidates, a constraint), and the model gives it one clear best config, the
+//! truth the search benchmark and the end-to-end test compare with.
+
+use std::collections::BTreeMap;
+
+use fleetbench_controller::spec::search::{SWITCH_ON, SearchSpec};
+use fleetbench_controller::spec::{JobSpec, Levels};
+use fleetbench_controller::tuning::{self, space::Candidate};
+use fleetbench_sim::model::{self, ModelParams};
+
+fn example(name: &str) -> (JobSpec, SearchSpec) {
+    let path = fleetbench_testkit::repo_root().join("examples").join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    tuning::parse(name, &text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The simulator's argv for a candidate: the starting config's flags, the candidate's over them.
+pub fn sim_argv(spec: &JobSpec, c: &Candidate) -> Vec<String> {
+    let mut flags: BTreeMap<String, Option<String>> = spec.configs[0]
+        .flags
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (k, v) in &c.flags {
+        match v.as_deref() {
+            None => {
+                flags.remove(k);
+            }
+            Some(SWITCH_ON) => {
+                flags.insert(k.clone(), None);
+            }
+            Some(v) => {
+                flags.insert(k.clone(), Some(v.to_string()));
+            }
+        }
+    }
+    let mut argv = Vec::new();
+    for (k, v) in flags {
+        argv.push(k);
+        argv.extend(v);
+    }
+    argv
+}
+
+/// The model's output tokens/s for each candidate at the spec's one concurrency level.
+pub fn model_scores(spec: &JobSpec, search: &SearchSpec) -> Vec<(String, f64)> {
+    let Levels::Concurrency(cs) = &spec.load.levels else {
+        panic!("concurrency levels")
+    };
+    let mut out: Vec<(String, f64)> = tuning::space::candidates(spec, search)
+        .iter()
+        .map(|c| {
+            let args = fleetbench_sim::parse_args(&sim_argv(spec, c)).expect("sim args");
+            let params = ModelParams::from_args(&args).expect("fits in memory");
+            let p = model::closed_loop(&params, cs[0], 128, 64, 1152);
+            (c.describe(), p.output_tokens_per_s)
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
+#[test]
+fn the_example_space_has_one_clear_best_config_in_the_model() {
+    let (spec, search) = example("tune-sim.toml");
+    assert!(search.flags.len() >= 3);
+    assert!(!search.constraints.is_empty());
+    let cands = tuning::space::candidates(&spec, &search);
+    assert_eq!(
+        cands.len(),
+        36,
+        "3 backends x 4 caps x (off + 2 graph sizes)"
+    );
+    // The constraint drops the graph batch size whenever graphs are off.
+    assert!(cands.iter().all(|c| {
+        c.flags.get("--disable-cuda-graph") != Some(&Some(SWITCH_ON.to_string()))
+            || !c.flags.contains_key("--cuda-graph-max-bs")
+    }));
+    let scores = model_scores(&spec, &search);
+    for (name, s) in scores.iter().take(6) {
+        println!("{s:>10.1}  {name}");
+    }
+    let (best, runner) = (&scores[0], &scores[1]);
+    assert!(
+        best.1 > runner.1 * 1.05,
+        "the best ({best:?}) must lead the runner-up ({runner:?}) by more than noise"
+    );
+}
