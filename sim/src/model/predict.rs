@@ -4,6 +4,11 @@
 //! Because it is the same [`Scheduler`], the predictions follow every rule the server follows
 //! (prefill priority, chunking, max running requests, KV reservations, crashes); only jitter and
 //! the client's own overhead are missing.
+//!
+//! Measured against the binary, throughput, TTFT p50 and ITL p50 agree within a few percent.
+//! ITL p99 is optimistic: a real client returns requests less regularly, so more prefill steps
+//! land between two tokens of a request. Prefer throughput and p50 latencies (or TTFT/E2E
+//! budgets) where the prediction is used as the truth.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
