@@ -1,0 +1,227 @@
+//! `parse_args`: argparse-like parsing over the flag table.
+
+use super::table::{
+    ATTENTION_BACKENDS, Accepted, GRAPH_BACKENDS, KV_CACHE_DTYPES, Kind, choice, lookup,
+};
+use super::{ArgError, MOE_BACKEND_CHOICES, MoeBackend, SimArgs, StreamWrites};
+
+fn num<T: std::str::FromStr>(flag: &str, value: &str, expected: &str) -> Result<T, ArgError> {
+    value.parse().map_err(|_| ArgError::BadValue {
+        flag: flag.to_string(),
+        value: value.to_string(),
+        expected: expected.to_string(),
+    })
+}
+
+fn float_in(flag: &str, value: &str, lo: f64, hi: f64) -> Result<f64, ArgError> {
+    let x: f64 = num(flag, value, "float")?;
+    if !(x.is_finite() && x >= lo && x <= hi) {
+        return Err(ArgError::BadValue {
+            flag: flag.to_string(),
+            value: value.to_string(),
+            expected: format!("float in [{lo}, {hi}]"),
+        });
+    }
+    Ok(x)
+}
+
+fn positive_int(flag: &str, value: &str) -> Result<u32, ArgError> {
+    let x: u32 = num(flag, value, "int")?;
+    if x == 0 {
+        return Err(ArgError::BadValue {
+            flag: flag.to_string(),
+            value: value.to_string(),
+            expected: "positive int".into(),
+        });
+    }
+    Ok(x)
+}
+
+fn backend(flag: &str, value: &str) -> Result<MoeBackend, ArgError> {
+    MoeBackend::parse(value).ok_or_else(|| ArgError::BadChoice {
+        flag: flag.to_string(),
+        value: value.to_string(),
+        choices: MOE_BACKEND_CHOICES
+            .iter()
+            .map(|b| format!("'{b}'"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+/// Parses the flags (without the program name).
+pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
+    let mut out = SimArgs::default();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        if arg == "-h" || arg == "--help" {
+            return Err(ArgError::HelpRequested);
+        }
+        if !arg.starts_with("--") {
+            return Err(ArgError::UnknownFlag { flag: arg.clone() });
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let flag = lookup(name)?;
+        let switch = matches!(flag.kind, Kind::Switch | Kind::Accept(Accepted::Switch));
+        let value = match (switch, inline) {
+            (true, Some(v)) => {
+                return Err(ArgError::UnexpectedValue {
+                    flag: flag.canonical.to_string(),
+                    value: v,
+                });
+            }
+            (true, None) => String::new(),
+            (false, Some(v)) => v,
+            (false, None) => match args.get(i) {
+                Some(v) if !v.starts_with("--") || v.parse::<f64>().is_ok() => {
+                    i += 1;
+                    v.clone()
+                }
+                _ => {
+                    return Err(ArgError::MissingValue {
+                        flag: flag.canonical.to_string(),
+                    });
+                }
+            },
+        };
+        let f = flag.canonical;
+        let v = value.as_str();
+        if let Kind::Accept(a) = flag.kind {
+            match a {
+                Accepted::Switch | Accepted::Str => {}
+                Accepted::Int => {
+                    num::<i64>(f, v, "int")?;
+                }
+                Accepted::Float => {
+                    num::<f64>(f, v, "float")?;
+                }
+                Accepted::Choice(c) => choice(f, v, c)?,
+            }
+            let shown = if switch { "True".to_string() } else { value };
+            out.accepted.push((f.to_string(), shown));
+            continue;
+        }
+        match f {
+            "--host" => out.host = value,
+            "--port" => out.port = num(f, v, "int")?,
+            "--model-path" => out.model_path = value,
+            "--served-model-name" => out.served_model_name = Some(value),
+            "--ttft-ms" => out.ttft_ms = Some(float_in(f, v, 0.0, 3.6e6)?),
+            "--itl-ms" => out.itl_ms = Some(float_in(f, v, 0.0, 3.6e6)?),
+            "--stream-writes" => {
+                out.stream_writes = match v {
+                    "per-token" => StreamWrites::PerToken,
+                    "coalesced" => StreamWrites::Coalesced,
+                    _ => {
+                        return Err(ArgError::BadChoice {
+                            flag: f.into(),
+                            value,
+                            choices: "'per-token', 'coalesced'".into(),
+                        });
+                    }
+                }
+            }
+            "--max-running-requests" => out.max_running_requests = Some(positive_int(f, v)?),
+            "--disable-cuda-graph" => out.disable_cuda_graph = true,
+            "--cuda-graph-max-bs" => out.cuda_graph_max_bs = Some(positive_int(f, v)?),
+            "--moe-runner-backend" => out.moe_runner_backend = backend(f, v)?,
+            "--tp-size" => {
+                let tp = positive_int(f, v)?;
+                if !tp.is_power_of_two() || tp > 16 {
+                    return Err(ArgError::BadValue {
+                        flag: f.into(),
+                        value,
+                        expected: "power-of-two int <= 16".into(),
+                    });
+                }
+                out.tp_size = tp;
+            }
+            "--mem-fraction-static" => out.mem_fraction_static = Some(float_in(f, v, 0.01, 1.0)?),
+            "--chunked-prefill-size" => {
+                let c: i64 = num(f, v, "int")?;
+                if c == 0 || c < -1 {
+                    return Err(ArgError::BadValue {
+                        flag: f.into(),
+                        value,
+                        expected: "positive int or -1".into(),
+                    });
+                }
+                out.chunked_prefill_size = Some(c);
+            }
+            "--max-prefill-tokens" => out.max_prefill_tokens = positive_int(f, v)?,
+            "--context-length" => out.context_length = Some(positive_int(f, v)?),
+            "--enable-metrics" => out.enable_metrics = true,
+            "--attention-backend" => {
+                choice(f, v, ATTENTION_BACKENDS)?;
+                out.attention_backend = Some(value);
+            }
+            "--kv-cache-dtype" => {
+                choice(f, v, KV_CACHE_DTYPES)?;
+                out.kv_cache_dtype = value;
+            }
+            "--max-total-tokens" => out.max_total_tokens = Some(positive_int(f, v)?),
+            "--stream-response-default-include-usage" => out.default_include_usage = true,
+            "--stream-interval" => out.stream_interval = positive_int(f, v)?,
+            "--cuda-graph-max-bs-decode" => out.cuda_graph_max_bs = Some(positive_int(f, v)?),
+            "--cuda-graph-backend-decode" => {
+                choice(f, v, GRAPH_BACKENDS)?;
+                out.disable_cuda_graph = v == "disabled";
+            }
+            "--trust-remote-code" => out.trust_remote_code = true,
+            "--log-level" => out.log_level = value,
+            "--startup-delay-s" => out.startup_delay_s = float_in(f, v, 0.0, 86400.0)?,
+            "--time-scale" => out.time_scale = float_in(f, v, 1e-6, 1e6)?,
+            "--seed" => out.seed = num(f, v, "int")?,
+            "--jitter" => out.jitter = float_in(f, v, 0.0, 0.5)?,
+            "--slowdown" => out.slowdown = float_in(f, v, 0.01, 100.0)?,
+            "--gpu-memory-gb" => out.gpu_memory_gb = float_in(f, v, 1.0, 10000.0)?,
+            "--crash-above-batch" => out.crash_above_batch = Some(positive_int(f, v)?),
+            "--crash-backend" => out.crash_backend = Some(backend(f, v)?),
+            "--workers" => out.workers = Some(positive_int(f, v)? as usize),
+            "--fault" => {
+                let (kind, arg) = match v.split_once('=') {
+                    Some((k, a)) => (k, Some(a.to_string())),
+                    None => (v, None),
+                };
+                match kind {
+                    "nan" => out.faults.nan = true,
+                    "oom-at-start" => out.faults.oom_at_start = true,
+                    "slow-start" => out.faults.slow_start = true,
+                    "hang-after-requests" => {
+                        let n = match arg {
+                            Some(a) => a,
+                            None => match args.get(i) {
+                                Some(a) if !a.starts_with("--") => {
+                                    i += 1;
+                                    a.clone()
+                                }
+                                _ => {
+                                    return Err(ArgError::MissingValue {
+                                        flag: "--fault hang-after-requests".into(),
+                                    });
+                                }
+                            },
+                        };
+                        out.faults.hang_after_requests =
+                            Some(num("--fault hang-after-requests", &n, "int")?);
+                    }
+                    _ => {
+                        return Err(ArgError::BadChoice {
+                            flag: f.into(),
+                            value,
+                            choices: "'nan', 'oom-at-start', 'hang-after-requests N', 'slow-start'"
+                                .into(),
+                        });
+                    }
+                }
+            }
+            other => unreachable!("flag table entry {other} without a handler"),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,97 @@
+//! Parser tests.
+
+use super::*;
+use std::time::Duration;
+
+fn p(s: &str) -> Result<SimArgs, ArgError> {
+    let v: Vec<String> = s.split_whitespace().map(String::from).collect();
+    parse_args(&v)
+}
+
+#[test]
+fn parses_sglang_flags_and_aliases() {
+    let a = p(
+        "--host 127.0.0.1 --port 0 --model-path m --tp 2 --moe-runner-backend=triton \
+               --disable-cuda-graph --max-running-requests 64 --enable-metrics",
+    )
+    .unwrap();
+    assert_eq!(a.port, 0);
+    assert_eq!(a.tp_size, 2);
+    assert_eq!(a.moe_runner_backend, MoeBackend::Triton);
+    assert!(a.disable_cuda_graph && a.enable_metrics);
+    assert_eq!(a.max_running_requests, Some(64));
+    assert_eq!(a.fixed_latency(), None);
+}
+
+#[test]
+fn unknown_flag_is_named() {
+    let e = p("--port 1 --frobnicate 3").unwrap_err();
+    assert_eq!(e.to_string(), "unrecognized arguments: --frobnicate");
+}
+
+#[test]
+fn bad_values_name_the_flag() {
+    let e = p("--max-running-requests lots").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "argument --max-running-requests: invalid int value: 'lots'"
+    );
+    let e = p("--moe-runner-backend magic").unwrap_err();
+    assert!(e.to_string().contains("invalid choice: 'magic'"), "{e}");
+    assert_eq!(
+        p("--port").unwrap_err(),
+        ArgError::MissingValue {
+            flag: "--port".into()
+        }
+    );
+}
+
+#[test]
+fn sglang_compat_flags_are_accepted_and_typed() {
+    let a = p(
+        "--dp-size 2 --enable-mixed-chunk --schedule-policy lpm --kv-cache-dtype fp8_e4m3 \
+               --cuda-graph-backend-decode disabled --moe-runner-backend marlin",
+    )
+    .unwrap();
+    assert!(a.disable_cuda_graph);
+    assert_eq!(a.kv_cache_dtype, "fp8_e4m3");
+    assert_eq!(a.moe_runner_backend, MoeBackend::Other("marlin"));
+    assert_eq!(a.accepted.len(), 3);
+    assert!(
+        p("--dp-size two")
+            .unwrap_err()
+            .to_string()
+            .contains("--dp-size")
+    );
+    assert!(
+        p("--schedule-policy best")
+            .unwrap_err()
+            .to_string()
+            .contains("invalid choice")
+    );
+    assert!(matches!(
+        p("--enable-mixed-chunk=1").unwrap_err(),
+        ArgError::UnexpectedValue { .. }
+    ));
+}
+
+#[test]
+fn ambiguous_prefix() {
+    assert!(matches!(
+        p("--c 1").unwrap_err(),
+        ArgError::Ambiguous { .. }
+    ));
+}
+
+#[test]
+fn faults_and_fixed_mode() {
+    let a = p("--ttft-ms 50 --itl-ms 5 --fault hang-after-requests 3 --fault nan").unwrap();
+    assert_eq!(
+        a.fixed_latency(),
+        Some((Duration::from_millis(50), Duration::from_millis(5)))
+    );
+    assert_eq!(a.faults.hang_after_requests, Some(3));
+    assert!(a.faults.nan);
+    let a = p("--fault slow-start --startup-delay-s 0.5").unwrap();
+    assert_eq!(a.effective_startup_delay(), Duration::from_secs(5));
+}
