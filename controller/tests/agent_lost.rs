@@ -82,13 +82,13 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
     let a = agents.iter_mut().find(|a| a.name == victim_host).unwrap();
     a.kill();
     // The agent's engine outlives a SIGKILLed agent; end it too (as the host dying would).
+    // (Never pid 0 or 1: `kill 0` would hit this test's own process group.)
     for pid in engine_pids.get(&victim_host).into_iter().flatten() {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &format!("-{pid}")])
-            .status();
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
+        if *pid > 1 {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
     }
     drop(events);
 

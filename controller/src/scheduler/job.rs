@@ -1,7 +1,7 @@
 //! One job's loop: hands its trials to free matching hosts, retries trials whose host was lost
 //! on another host, and ends the job (succeeded, failed or cancelled) with every engine stopped.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,40 @@ async fn message(ctx: &Ctx, job_id: &str, text: String) -> Result<(), StoreError
 
 type TrialResult = (TrialRow, String, TrialOutcome);
 
+/// Trials waiting for a host, in order, and the hosts each one was lost on.
+struct Queue {
+    trials: VecDeque<TrialRow>,
+    lost: HashMap<String, BTreeSet<String>>,
+}
+
+/// The first waiting trial (in order) that a free host can take, with that host held. A trial
+/// goes to a host it was lost on only when no other host could ever take it.
+fn placeable(
+    ctx: &Ctx,
+    spec: &spec::JobSpec,
+    job_id: &str,
+    queue: &Queue,
+) -> Option<(usize, crate::agents::Lease)> {
+    let matches = |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
+    let snapshots = ctx.inventory.snapshots();
+    for (i, t) in queue.trials.iter().enumerate() {
+        let lost = queue.lost.get(&t.id);
+        let only_lost_hosts_match = lost.is_some_and(|lost| {
+            snapshots
+                .iter()
+                .filter(|h| matches(h))
+                .all(|h| lost.contains(&h.name))
+        });
+        let fits = |h: &HostSnapshot| {
+            matches(h) && (only_lost_hosts_match || lost.is_none_or(|lost| !lost.contains(&h.name)))
+        };
+        if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
+            return Some((i, lease));
+        }
+    }
+    None
+}
+
 async fn drive(
     ctx: &Arc<Ctx>,
     job_id: &str,
@@ -101,13 +135,16 @@ async fn drive(
         message(ctx, job_id, "controller restarted: resuming the job".into()).await?;
     }
 
-    let mut queue: VecDeque<TrialRow> = ctx
-        .store
-        .trials(job_id)
-        .await?
-        .into_iter()
-        .filter(|t| !t.is_finished())
-        .collect();
+    let mut queue = Queue {
+        trials: ctx
+            .store
+            .trials(job_id)
+            .await?
+            .into_iter()
+            .filter(|t| !t.is_finished())
+            .collect(),
+        lost: HashMap::new(),
+    };
     let mut running: JoinSet<TrialResult> = JoinSet::new();
     let mut used_hosts = BTreeSet::new();
     let mut waiting_since: Option<Instant> = None;
@@ -117,13 +154,8 @@ async fn drive(
     loop {
         let stop = cancel.is_cancelled() || failure.is_some();
         if !stop {
-            while !queue.is_empty() {
-                let fits =
-                    |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
-                let Some(lease) = ctx.inventory.acquire(job_id, fits) else {
-                    break;
-                };
-                let mut t = queue.pop_front().expect("queue is not empty");
+            while let Some((i, lease)) = placeable(ctx, &spec, job_id, &queue) {
+                let mut t = queue.trials.remove(i).expect("index from placeable");
                 t.attempts = ctx.store.next_attempt(&t.id).await?;
                 used_hosts.insert(lease.host.clone());
                 let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), cancel.child_token());
@@ -137,7 +169,7 @@ async fn drive(
                 );
             }
         }
-        if running.is_empty() && (queue.is_empty() || stop) {
+        if running.is_empty() && (queue.trials.is_empty() || stop) {
             break;
         }
         if running.is_empty() {
@@ -174,7 +206,7 @@ async fn drive(
         return Ok(());
     }
     let (state, error, label) = if cancel.is_cancelled() {
-        for t in &queue {
+        for t in &queue.trials {
             ctx.store
                 .set_trial_state(&t.id, TrialState::Cancelled, "job cancelled")
                 .await?;
@@ -205,7 +237,7 @@ async fn settle(
     t: TrialRow,
     host: &str,
     outcome: TrialOutcome,
-    queue: &mut VecDeque<TrialRow>,
+    queue: &mut Queue,
     shutdown: &CancellationToken,
 ) -> Result<Option<String>, StoreError> {
     if shutdown.is_cancelled() {
@@ -244,7 +276,12 @@ async fn settle(
                 )));
             }
             message(ctx, job_id, format!("{text}; retrying on another host")).await?;
-            queue.push_front(t);
+            queue
+                .lost
+                .entry(t.id.clone())
+                .or_default()
+                .insert(host.to_string());
+            queue.trials.push_front(t);
         }
         TrialOutcome::Store(e) => return Err(e),
     }
