@@ -21,6 +21,8 @@ use crate::timer::sleep_until;
 #[derive(Debug)]
 pub struct Slot {
     pub id: ReqId,
+    /// When the request reached the server (for the queue-time histogram).
+    pub arrival: Instant,
     inner: Mutex<(u32, Option<Waker>)>,
 }
 
@@ -85,7 +87,12 @@ impl Engine {
     }
 
     /// Queues a request; its tokens appear in the returned slot.
-    pub fn submit(&self, input: u32, output: u32) -> Result<Arc<Slot>, SubmitError> {
+    pub fn submit(
+        &self,
+        input: u32,
+        output: u32,
+        arrival: Instant,
+    ) -> Result<Arc<Slot>, SubmitError> {
         let slot = {
             let mut st = self.state.lock().expect("engine lock");
             let id = st.next_id;
@@ -93,6 +100,7 @@ impl Engine {
             st.sched.submit(id, input, output)?;
             let slot = Arc::new(Slot {
                 id,
+                arrival,
                 inner: Mutex::new((0, None)),
             });
             st.slots.insert(id, slot.clone());
@@ -161,6 +169,11 @@ impl Engine {
                         st.slots.get(&e.id).cloned()
                     };
                     if let Some(slot) = slot {
+                        if e.count == 1 {
+                            // Queued from arrival until the step that prefilled it began.
+                            let queued = start.saturating_duration_since(slot.arrival);
+                            self.metrics.queue_time.observe(queued.as_secs_f64());
+                        }
                         slot.deliver(e.count);
                     }
                 }

@@ -423,7 +423,7 @@ async fn generate(
         SimBody::Fixed(Box::new(FixedStream::new(core, ttft, itl)))
     } else {
         let engine = state.engine.as_ref().expect("model mode has an engine");
-        match engine.submit(prompt, n) {
+        match engine.submit(prompt, n, arrival) {
             Ok(slot) => SimBody::Model(Box::new(ModelStream { core, slot })),
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
         }

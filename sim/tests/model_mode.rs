@@ -142,3 +142,31 @@ fn kv_pool_limits_requests() {
     );
     assert!(t0.elapsed() > Duration::from_millis(100));
 }
+
+/// The library's prediction is what a client of the binary measures.
+#[test]
+fn measured_throughput_matches_the_library_prediction() {
+    use fleetbench_sim::model::{ModelParams, closed_loop};
+    // `closed_loop` below is the library's; the test's own client is `self::closed_loop`.
+    let flags = [
+        "--time-scale",
+        "0.5",
+        "--jitter",
+        "0",
+        "--moe-runner-backend",
+        "flashinfer_cutlass",
+    ];
+    let sim = Sim::ready(&flags);
+    let args: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+    let params = ModelParams::from_args(&fleetbench_sim::parse_args(&args).unwrap()).unwrap();
+    // 4 clients x 4 requests of 8 prompt words and 40 tokens.
+    let measured = self::closed_loop(sim.port, 4, 4, 40);
+    let predicted = closed_loop(&params, 4, 8, 40, 16).output_tokens_per_s;
+    let ratio = measured / predicted;
+    assert!(
+        (0.85..1.1).contains(&ratio),
+        "measured {measured:.0} predicted {predicted:.0} tok/s"
+    );
+    let (_, m) = sim.get("/metrics");
+    assert!(m.contains("sglang:queue_time_seconds_count{model_name=\"fleetbench/sim-moe-30b-a3b\",engine_type=\"unified\",tp_rank=\"0\",pp_rank=\"0\"} 16"), "{m}");
+}
