@@ -12,6 +12,10 @@
 //!   tokens/s of one config over N runs with different seeds, with and without `--slowdown 1.1`:
 //!   run-to-run spread against a 10% regression.
 //!
+//! - `fleetbench-sim-bench predict [--concurrency 1,8] [--input-len I] [--output-len O]
+//!   [--requests N] [--e2e-slo-ms X] -- SIM FLAGS…`: the model's predictions for those flags
+//!   (no server started), and with `--e2e-slo-ms` the knee under that p99 E2E budget.
+//!
 //! The simulator binary is found next to this one.
 
 use std::os::unix::process::CommandExt as _;
@@ -223,8 +227,9 @@ fn main() -> anyhow::Result<()> {
         Some("stream") => stream_main(&args, &rt),
         Some("story") => story_main(&args, &rt),
         Some("noise") => noise_main(&args, &rt),
+        Some("predict") => predict_main(&args),
         _ => {
-            eprintln!("usage: fleetbench-sim-bench stream|story|noise [options]");
+            eprintln!("usage: fleetbench-sim-bench stream|story|noise|predict [options]");
             std::process::exit(2);
         }
     }
@@ -483,6 +488,57 @@ fn noise_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<(
             "slowdown {slowdown:.2}: mean {mean:.1} tok/s, sd {sd:.1} ({:.2}%), runs {:?}",
             100.0 * sd / mean,
             v.iter().map(|x| x.round()).collect::<Vec<_>>()
+        );
+    }
+    Ok(())
+}
+
+fn predict_main(args: &[String]) -> anyhow::Result<()> {
+    let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let (own, sim) = (&args[..split], args.get(split + 1..).unwrap_or(&[]));
+    let concs: String = flag(own, "--concurrency", "1,8,32,128,256,512".to_string());
+    let input: u32 = flag(own, "--input-len", 256);
+    let output: u32 = flag(own, "--output-len", 128);
+    let requests: u32 = flag(own, "--requests", 0);
+    let params = ModelParams::from_args(&parse_args(sim)?)?;
+    println!("flags: {}", sim.join(" "));
+    println!(
+        "{:>6} {:>9} {:>13} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "conc", "requests", "output tok/s", "ttft p50", "ttft p99", "itl p50", "e2e p99", "wall s"
+    );
+    for c in concs
+        .split(',')
+        .filter_map(|c| c.trim().parse::<u32>().ok())
+    {
+        let n = if requests > 0 {
+            requests
+        } else {
+            fleetbench_sim::model::predict::default_requests(c)
+        };
+        let p = closed_loop(&params, c, input, output, n);
+        if p.crashed {
+            println!("{c:>6} {n:>9} {:>13}", "CRASH");
+            continue;
+        }
+        println!(
+            "{c:>6} {n:>9} {:>13.1} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>10.2}",
+            p.output_tokens_per_s,
+            p.ttft_ms_p50,
+            p.ttft_ms_p99,
+            p.itl_ms_p50,
+            p.e2e_ms_p99,
+            p.duration_s
+        );
+    }
+    let e2e: f64 = flag(own, "--e2e-slo-ms", 0.0);
+    if e2e > 0.0 {
+        let slo = fleetbench_sim::model::Slo {
+            e2e_p99_ms: Some(e2e),
+            ..Default::default()
+        };
+        println!(
+            "knee (p99 E2E <= {e2e} ms): {}",
+            fleetbench_sim::model::knee(&params, input, output, slo)
         );
     }
     Ok(())
