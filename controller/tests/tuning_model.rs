@@ -87,3 +87,23 @@ fn the_example_space_has_one_clear_best_config_in_the_model() {
         "the best ({best:?}) must lead the runner-up ({runner:?}) by more than noise"
     );
 }
+
+#[test]
+fn the_saturation_example_has_knees_inside_its_bracket() {
+    let (spec, search) = example("tune-saturation.toml");
+    let b = search.saturation.expect("bracket");
+    let slo = fleetbench_sim::model::Slo {
+        e2e_p99_ms: spec.load.slo.e2e_ms,
+        ..Default::default()
+    };
+    for c in tuning::space::candidates(&spec, &search) {
+        let args = fleetbench_sim::parse_args(&sim_argv(&spec, &c)).unwrap();
+        let params = ModelParams::from_args(&args).unwrap();
+        let knee = model::knee(&params, 128, 64, slo);
+        println!("{}: knee {knee}", c.describe());
+        assert!(
+            knee > b.low * 2 && knee < b.high / 2,
+            "{knee} not well inside the bracket"
+        );
+    }
+}

@@ -105,6 +105,15 @@ async fn one<F: Fleet>(
         failure: None,
     };
     let mut cache: BTreeMap<u32, bool> = BTreeMap::new();
+    // Each probe runs as many requests per concurrency slot as the spec's widest fixed level
+    // does, so a wide level is measured past its ramp-up as a narrow one is.
+    let per_slot = match (&spec.load.levels, spec.load.bound) {
+        (Levels::Concurrency(cs), crate::spec::Bound::Requests(n)) => {
+            let widest = cs.iter().copied().max().unwrap_or(1).max(1);
+            Some(n.div_ceil(widest).max(1))
+        }
+        _ => None,
+    };
     let mut probe = async |c: u32, out: &mut SaturationResult| -> Result<bool, TuneError> {
         if let Some(m) = cache.get(&c) {
             return Ok(*m);
@@ -115,6 +124,7 @@ async fn one<F: Fleet>(
             repeats: spec.repeats,
             budget_fraction: 1.0,
             concurrency: Some(vec![c]),
+            requests: per_slot.map(|n| n.saturating_mul(c)),
         };
         let toml = space::round_toml(text, &round).map_err(|e| TuneError::Toml(e.to_string()))?;
         let job_id = fleet.submit(&toml, file_name, "").await?;

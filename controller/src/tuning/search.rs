@@ -153,6 +153,7 @@ pub async fn run_search<F: Fleet>(
             repeats,
             budget_fraction: fraction,
             concurrency: None,
+            requests: None,
         };
         let toml = space::round_toml(text, &round).map_err(|e| TuneError::Toml(e.to_string()))?;
         let job_id = fleet.submit(&toml, file_name, "").await?;

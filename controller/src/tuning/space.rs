@@ -116,6 +116,8 @@ pub struct Round {
     /// Fraction of the spec's per-level budget (requests or duration).
     pub budget_fraction: f64,
     pub concurrency: Option<Vec<u32>>,
+    /// Requests per level instead of the scaled spec value (saturation probes).
+    pub requests: Option<u32>,
 }
 
 /// The job spec of a round: the search file without `[search]`, its one config replaced by
@@ -166,7 +168,9 @@ pub fn round_toml(text: &str, round: &Round) -> Result<String, toml::de::Error> 
                 .and_then(|a| a.iter().filter_map(toml::Value::as_integer).max()),
         }
         .unwrap_or(8);
-        if let Some(n) = load.get("requests").and_then(|r| r.as_integer()) {
+        if let Some(n) = round.requests {
+            load.insert("requests".into(), toml::Value::Integer(i64::from(n)));
+        } else if let Some(n) = load.get("requests").and_then(|r| r.as_integer()) {
             let scaled = ((n as f64 * round.budget_fraction).round() as i64).max(widest.min(n));
             load.insert("requests".into(), toml::Value::Integer(scaled));
         }
