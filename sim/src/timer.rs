@@ -4,7 +4,7 @@
 //! millisecond of error on every injected delay; the instrument tests need the injected TTFT
 //! and ITL to within a fraction of that. One dedicated thread keeps a heap of deadlines, sleeps
 //! on a condition variable with nanosecond timeouts (timer slack lowered for that thread) and
-//! wakes the tasks whose deadlines passed.
+//! wakes the tasks whose deadlines passed. Deadlines are never met early.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 struct Entry {
     deadline: Instant,
@@ -47,10 +47,6 @@ struct Shared {
     state: Mutex<State>,
     cv: Condvar,
 }
-
-/// Below this much remaining time the timer thread spins instead of sleeping: a futex sleep
-/// overshoots by tens of microseconds.
-const SPIN: Duration = Duration::from_micros(30);
 
 fn shared() -> &'static Arc<Shared> {
     static TIMER: OnceLock<Arc<Shared>> = OnceLock::new();
@@ -96,17 +92,12 @@ fn run(s: &Shared) {
         }
         st = match st.heap.peek().map(|Reverse(e)| e.deadline) {
             None => s.cv.wait(st).expect("timer lock"),
+            // No spinning: with hundreds of streams the next deadline is always a few
+            // microseconds away, and a spinning timer thread would take the core the server
+            // runs on. The futex wait with 1 ns timer slack is late by tens of microseconds.
             Some(d) => {
                 let left = d.saturating_duration_since(now);
-                if left <= SPIN {
-                    drop(st);
-                    while Instant::now() < d {
-                        std::hint::spin_loop();
-                    }
-                    s.state.lock().expect("timer lock")
-                } else {
-                    s.cv.wait_timeout(st, left - SPIN).expect("timer lock").0
-                }
+                s.cv.wait_timeout(st, left).expect("timer lock").0
             }
         };
     }
@@ -188,6 +179,7 @@ pub fn sleep_until(deadline: Instant) -> PreciseSleep {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn never_early_and_usually_close() {

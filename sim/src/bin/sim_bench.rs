@@ -16,6 +16,10 @@
 //!   [--requests N] [--e2e-slo-ms X] -- SIM FLAGS…`: the model's predictions for those flags
 //!   (no server started), and with `--e2e-slo-ms` the knee under that p99 E2E budget.
 //!
+//! - `fleetbench-sim-bench latency [--concurrency 1,64,512] [--seconds S]`: fixed-latency mode
+//!   (50 ms / 5 ms) measured by the raw client: TTFT and ITL p50/p99 minus the injected values,
+//!   the error the simulator (plus this client) adds.
+//!
 //! The simulator binary is found next to this one.
 
 use std::os::unix::process::CommandExt as _;
@@ -228,8 +232,9 @@ fn main() -> anyhow::Result<()> {
         Some("story") => story_main(&args, &rt),
         Some("noise") => noise_main(&args, &rt),
         Some("predict") => predict_main(&args),
+        Some("latency") => latency_main(&args, &rt),
         _ => {
-            eprintln!("usage: fleetbench-sim-bench stream|story|noise|predict [options]");
+            eprintln!("usage: fleetbench-sim-bench stream|story|noise|predict|latency [options]");
             std::process::exit(2);
         }
     }
@@ -436,6 +441,7 @@ async fn closed_level(
     Ok(Level {
         output_tokens_per_s: tokens.load(Relaxed) as f64 / dt,
         ttft_p50: pct(&mut ttfts, 50.0),
+        ttft_p99: pct(&mut ttfts, 99.0),
         itl_p50: pct(&mut gaps, 50.0),
         itl_p99: pct(&mut gaps, 99.0),
     })
@@ -444,6 +450,7 @@ async fn closed_level(
 struct Level {
     output_tokens_per_s: f64,
     ttft_p50: f64,
+    ttft_p99: f64,
     itl_p50: f64,
     itl_p99: f64,
 }
@@ -539,6 +546,50 @@ fn predict_main(args: &[String]) -> anyhow::Result<()> {
         println!(
             "knee (p99 E2E <= {e2e} ms): {}",
             fleetbench_sim::model::knee(&params, input, output, slo)
+        );
+    }
+    Ok(())
+}
+
+fn latency_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let concs: String = flag(args, "--concurrency", "1,64,512".to_string());
+    let tokens: u32 = flag(args, "--tokens", 64);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let (server_cpu, client_cpu) = if cpus >= 2 {
+        (Some(cpus - 1), Some(0))
+    } else {
+        (None, None)
+    };
+    if let Some(c) = client_cpu {
+        pin_self(c);
+    }
+    let sim_args: Vec<String> = ["--ttft-ms", "50", "--itl-ms", "5"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let server = start_sim(&sim_args, server_cpu)?;
+    let req = Arc::new(request(16, tokens));
+    println!(
+        "fixed latency 50 ms / 5 ms, {tokens} tokens per request; error = measured - injected (ms)"
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10}",
+        "conc", "ttft p50", "ttft p99", "itl p50", "itl p99"
+    );
+    for c in concs
+        .split(',')
+        .filter_map(|c| c.trim().parse::<usize>().ok())
+    {
+        let n = (c * 4).max(40);
+        let l = rt.block_on(closed_level(server.port, c, n, req.clone()))?;
+        println!(
+            "{c:>6} {:>+10.3} {:>+10.3} {:>+10.3} {:>+10.3}",
+            l.ttft_p50 - 50.0,
+            l.ttft_p99 - 50.0,
+            l.itl_p50 - 5.0,
+            l.itl_p99 - 5.0
         );
     }
     Ok(())
