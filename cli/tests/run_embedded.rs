@@ -111,3 +111,44 @@ fn job_commands_without_a_controller_say_how_to_give_one() {
         );
     }
 }
+
+#[test]
+fn ctrl_c_cancels_the_job_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let long = SPEC
+        .replace("name = \"tiny\"", "name = \"long\"")
+        .replace("concurrency = [1, 4]", "concurrency = [1, 2, 3, 4, 5, 6]")
+        .replace("requests = 8", "requests = 400");
+    std::fs::write(dir.path().join("long.toml"), long).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fleetbench"))
+        .args(["run", "long.toml"])
+        .current_dir(dir.path())
+        .env_remove("FLEETBENCH_CONTROLLER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first level result is printed: the engine runs.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        if line.unwrap().contains("tok/s") {
+            break;
+        }
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("cancelled"), "{stderr}");
+    let jobs = fleetbench(dir.path(), &["jobs"]);
+    let text = String::from_utf8_lossy(&jobs.stdout);
+    assert!(
+        text.contains("long") && text.contains("cancelled"),
+        "{text}"
+    );
+}
