@@ -198,10 +198,10 @@ async fn a_frozen_agent_is_detected_and_its_trial_moves() {
             .expect("events keep coming")
             .unwrap()
             .expect("job still running");
-        if let Some(job_event::Event::Level(l)) = ev.event {
-            if l.result.unwrap().level_index == 0 {
-                break (l.host, l.trial_id);
-            }
+        if let Some(job_event::Event::Level(l)) = ev.event
+            && l.result.unwrap().level_index == 0
+        {
+            break (l.host, l.trial_id);
         }
     };
     drop(events);
