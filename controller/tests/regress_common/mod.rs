@@ -157,3 +157,72 @@ metrics = [
 "#
     )
 }
+
+/// The simulator's argv for a search candidate: the starting config's flags with the
+/// candidate's over them (what the agent would start).
+pub fn sim_argv(
+    spec: &fleetbench_controller::spec::JobSpec,
+    c: &fleetbench_controller::tuning::space::Candidate,
+) -> Vec<String> {
+    use fleetbench_controller::spec::search::SWITCH_ON;
+    let mut flags: std::collections::BTreeMap<String, Option<String>> = spec.configs[0]
+        .flags
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (k, v) in &c.flags {
+        match v.as_deref() {
+            None => {
+                flags.remove(k);
+            }
+            Some(SWITCH_ON) => {
+                flags.insert(k.clone(), None);
+            }
+            Some(v) => {
+                flags.insert(k.clone(), Some(v.to_string()));
+            }
+        }
+    }
+    let mut argv = Vec::new();
+    for (k, v) in flags {
+        argv.push(k);
+        argv.extend(v);
+    }
+    argv
+}
+
+/// The simulator's model of a candidate; None when it does not start (memory).
+pub fn model_params(
+    spec: &fleetbench_controller::spec::JobSpec,
+    c: &fleetbench_controller::tuning::space::Candidate,
+) -> Option<fleetbench_sim::ModelParams> {
+    let args = fleetbench_sim::parse_args(&sim_argv(spec, c)).ok()?;
+    fleetbench_sim::ModelParams::from_args(&args).ok()
+}
+
+/// The candidate the model makes best: output tokens/s at the spec's first concurrency level
+/// with the spec's request count, among those that start.
+pub fn model_best(
+    spec: &fleetbench_controller::spec::JobSpec,
+    search: &fleetbench_controller::spec::search::SearchSpec,
+    input_len: u32,
+    output_len: u32,
+) -> (String, f64) {
+    use fleetbench_controller::spec::{Bound, Levels};
+    let Levels::Concurrency(cs) = &spec.load.levels else {
+        panic!("concurrency levels")
+    };
+    let Bound::Requests(n) = spec.load.bound else {
+        panic!("requests bound")
+    };
+    fleetbench_controller::tuning::space::candidates(spec, search)
+        .iter()
+        .filter_map(|c| {
+            let p = model_params(spec, c)?;
+            let t = fleetbench_sim::model::closed_loop(&p, cs[0], input_len, output_len, n)
+                .output_tokens_per_s;
+            Some((c.name.clone(), t))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("a candidate that starts")
+}
