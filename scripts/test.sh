@@ -65,19 +65,20 @@ if [ -z "${FLEETBENCH_TEST_POSTGRES_URL:-}" ]; then
 fi
 
 # --- Build and test --------------------------------------------------------------------------
-if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
-  log "cargo fmt --check"
-  cargo fmt --all --check
-fi
 log "building all binaries"
 cargo build --workspace --bins --tests --locked
 log "running tests"
+status=0
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --workspace --locked --no-fail-fast "$@"
+  cargo nextest run --workspace --locked --no-fail-fast "$@" || status=$?
 else
-  cargo test --workspace --locked --no-fail-fast "$@"
+  cargo test --workspace --locked --no-fail-fast "$@" || status=$?
 fi
+# Lints run after the tests so that one CI run shows every failure; any of them fails the run.
 if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
+  log "cargo fmt --check"
+  cargo fmt --all --check || status=1
   log "cargo clippy"
-  cargo clippy --workspace --all-targets --locked -- -D warnings
+  cargo clippy --workspace --all-targets --locked -- -D warnings || status=1
 fi
+exit $status

@@ -11,7 +11,11 @@ mod cmd;
 mod report;
 
 #[derive(Debug, Parser)]
-#[command(name = "fleetbench", version, about = "Tune and regression-test LLM inference servers across a GPU fleet")]
+#[command(
+    name = "fleetbench",
+    version,
+    about = "Tune and regression-test LLM inference servers across a GPU fleet"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -48,7 +52,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // Warnings only on the terminal (unless RUST_LOG says otherwise), so progress bars stay readable; spans of an embedded
+    // controller and agent are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let _telemetry =
+        match fleetbench_support::telemetry::init(fleetbench_support::telemetry::TelemetryConfig {
+            service_name: "fleetbench".into(),
+            log_filter: Some(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())),
+            ..Default::default()
+        }) {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("error: telemetry: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
