@@ -56,18 +56,25 @@ fn pin_self(cpu: usize) {
 }
 
 fn start_sim(args: &[String], cpu: Option<usize>) -> anyhow::Result<Server> {
+    start_sim_on(args, cpu.map(|c| vec![c]))
+}
+
+/// Starts the simulator pinned to `cpus` (all of them when `None`).
+fn start_sim_on(args: &[String], cpus: Option<Vec<usize>>) -> anyhow::Result<Server> {
     let exe = std::env::current_exe()?.with_file_name("fleetbench-sim");
     let mut cmd = Command::new(&exe);
     cmd.args(["--host", "127.0.0.1", "--port", "0"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    if let Some(cpu) = cpu {
+    if let Some(cpus) = cpus {
         // SAFETY: sched_setaffinity is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
+                for &cpu in &cpus {
+                    libc::CPU_SET(cpu, &mut set);
+                }
                 libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
                 Ok(())
             });
@@ -565,11 +572,27 @@ fn latency_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result
     if let Some(c) = client_cpu {
         pin_self(c);
     }
-    let sim_args: Vec<String> = ["--ttft-ms", "50", "--itl-ms", "5"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let server = start_sim(&sim_args, server_cpu)?;
+    let writes: String = flag(args, "--writes", "per-token".to_string());
+    let sim_cpus: usize = flag(args, "--sim-cpus", 1);
+    let sim_args: Vec<String> = [
+        "--ttft-ms",
+        "50",
+        "--itl-ms",
+        "5",
+        "--stream-writes",
+        &writes,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = match server_cpu {
+        Some(last) => {
+            let first = last + 1 - sim_cpus.clamp(1, last);
+            start_sim_on(&sim_args, Some((first..=last).collect()))?
+        }
+        None => start_sim(&sim_args, None)?,
+    };
+    println!("simulator on {sim_cpus} cpu(s), {writes} writes");
     let req = Arc::new(request(16, tokens));
     println!(
         "fixed latency 50 ms / 5 ms, {tokens} tokens per request; error = measured - injected (ms)"
