@@ -150,7 +150,7 @@ impl Conn {
     pub async fn usable(&mut self) -> bool {
         if !self.closed {
             let Conn { driver, closed, .. } = self;
-            Self::drive(driver, closed, std::future::ready(())).await;
+            Self::drive(driver, closed, 1, std::future::ready(())).await;
         }
         !self.closed && !self.sender.is_closed()
     }
@@ -159,15 +159,20 @@ impl Conn {
         !self.closed && !self.sender.is_closed()
     }
 
-    /// Awaits `fut` while polling the connection driver in the same task.
-    /// Awaits `fut` while polling the connection driver in the same task. Two rounds per poll:
-    /// what one side hands the other (a queued request, a decoded body chunk) is taken up at
-    /// once instead of after a self-wake through the scheduler's queue, which at hundreds of
-    /// streams costs a full round of every other task.
-    async fn drive<T>(driver: &mut Driver, closed: &mut bool, fut: impl Future<Output = T>) -> T {
+    /// Awaits `fut` while polling the connection driver in the same task, `rounds` times per
+    /// wake-up. Two rounds on the send path: the request that `fut` queues is written by the
+    /// driver at once instead of after a self-wake through the scheduler's queue, which at
+    /// hundreds of streams waits for a full round of every other task. Body frames need one:
+    /// the driver decodes, then `fut` takes the frame.
+    async fn drive<T>(
+        driver: &mut Driver,
+        closed: &mut bool,
+        rounds: u32,
+        fut: impl Future<Output = T>,
+    ) -> T {
         let mut fut = std::pin::pin!(fut);
         std::future::poll_fn(|cx| {
-            for _ in 0..2 {
+            for _ in 0..rounds {
                 if !*closed && driver.as_mut().poll(cx).is_ready() {
                     *closed = true;
                 }
@@ -192,7 +197,7 @@ impl Conn {
             closed,
             ..
         } = &mut *self;
-        Self::drive(driver, closed, sender.ready())
+        Self::drive(driver, closed, 2, sender.ready())
             .await
             .map_err(|e| {
                 Failure::new(
@@ -201,7 +206,7 @@ impl Conn {
                 )
             })?;
         let sent = Instant::now();
-        let resp = Self::drive(driver, closed, sender.send_request(req))
+        let resp = Self::drive(driver, closed, 2, sender.send_request(req))
             .await
             .map_err(|e| {
                 let kind = if e.is_incomplete_message() || e.is_canceled() {
@@ -223,7 +228,7 @@ impl Conn {
     ) -> Result<Option<(Instant, Bytes)>, hyper::Error> {
         let Conn { driver, closed, .. } = self;
         loop {
-            match Self::drive(driver, closed, body.frame()).await {
+            match Self::drive(driver, closed, 1, body.frame()).await {
                 None => return Ok(None),
                 Some(Err(e)) => return Err(e),
                 Some(Ok(frame)) => {

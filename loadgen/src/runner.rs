@@ -458,6 +458,11 @@ async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
                     };
                     barrier.wait().await;
                     let deadline = until.map(|d| Instant::now() + d);
+                    // The next request is due the moment the last one ended: the time spent on
+                    // its accounting is client queueing, and counts.
+                    // Every stream is free from the same instant: the first wave's sends, one
+                    // after another on this thread, count as queueing too.
+                    let mut free_at = *sh.began.get_or_init(Instant::now);
                     loop {
                         if sh.stop.load(Ordering::Relaxed)
                             || deadline.is_some_and(|d| Instant::now() >= d)
@@ -468,12 +473,12 @@ async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
                         if count.is_some_and(|c| index >= c) {
                             break;
                         }
-                        slot.run(&sh, index, Instant::now(), slots).await;
+                        free_at = slot.run(&sh, index, free_at, slots).await;
                     }
                 });
             }
             barrier.wait().await;
-            let _ = sh.began.set(Instant::now());
+            sh.began.get_or_init(Instant::now);
             while set.join_next().await.is_some() {}
         }
         Plan::Open { arrivals, cap } => {
@@ -532,7 +537,8 @@ struct Slot {
 }
 
 impl Slot {
-    async fn run(&mut self, sh: &Shared, index: u64, intended: Instant, slots: u32) {
+    /// Runs one request; returns when its stream ended (or the failure was seen).
+    async fn run(&mut self, sh: &Shared, index: u64, intended: Instant, slots: u32) -> Instant {
         let prompt = &sh.prompts[(index % sh.prompts.len() as u64) as usize];
         let now_in_flight = sh.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         sh.peak.fetch_max(now_in_flight, Ordering::Relaxed);
@@ -570,6 +576,7 @@ impl Slot {
             ))
         });
         sh.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let ended = outcome.as_ref().map_or_else(|_| Instant::now(), |s| s.end);
         if outcome.is_err() || !conn.as_ref().is_some_and(Conn::is_open) {
             *conn = None;
         }
@@ -592,5 +599,6 @@ impl Slot {
             sh.details,
             sh.level_index,
         );
+        ended
     }
 }
