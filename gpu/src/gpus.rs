@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::nvml::NvmlSource;
-use crate::source::{GpuSource, LinkCounters};
+use crate::source::{GpuSource, SlowCounters};
 use crate::types::{GpuInfo, GpuProcess, GpuSampleData};
 
 /// Pause between rounds of the link sampler (each round itself blocks ~40 ms per GPU).
@@ -17,7 +17,7 @@ const LINK_RATE_MAX_AGE: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Copy, Default)]
 struct LinkState {
     at: Option<Instant>,
-    counters: LinkCounters,
+    counters: SlowCounters,
     nvlink_tx_bytes_per_s: Option<f64>,
     nvlink_rx_bytes_per_s: Option<f64>,
 }
@@ -109,9 +109,10 @@ impl Gpus {
             .collect()
     }
 
-    /// One telemetry sample of every GPU. Returns in microseconds: PCIe and NVLink rates come
-    /// from the background sampler (started by the first call, so they appear from about the
-    /// second call on).
+    /// One telemetry sample of every GPU. Returns in well under a millisecond per GPU: PCIe and
+    /// NVLink rates and the energy counter come from the background sampler (started by the
+    /// first call, so they appear from about the second call on, and are at most one sampler
+    /// round old: ~40 ms per GPU plus a 200 ms pause).
     pub fn sample(&self) -> Vec<GpuSampleData> {
         let Some(src) = self.source() else {
             return Vec::new();
@@ -133,6 +134,7 @@ impl Gpus {
                     s.pcie_rx_bytes_per_s = l.counters.pcie_rx_bytes_per_s;
                     s.nvlink_tx_bytes_per_s = l.nvlink_tx_bytes_per_s;
                     s.nvlink_rx_bytes_per_s = l.nvlink_rx_bytes_per_s;
+                    s.energy_mj = l.counters.energy_mj;
                 }
                 s
             })
@@ -195,7 +197,7 @@ fn sample_links_round(inner: &Inner) {
         return;
     };
     for i in 0..src.device_count() {
-        let counters = src.link_counters(i);
+        let counters = src.slow_counters(i);
         let now = Instant::now();
         let Ok(mut links) = inner.links.lock() else {
             return;
@@ -209,7 +211,7 @@ fn sample_links_round(inner: &Inner) {
 }
 
 /// NVLink rates are deltas of cumulative counters; the first reading has no rate yet.
-fn next_link_state(prev: LinkState, counters: LinkCounters, now: Instant) -> LinkState {
+fn next_link_state(prev: LinkState, counters: SlowCounters, now: Instant) -> LinkState {
     let rate = |old: Option<u64>, new: Option<u64>| -> Option<f64> {
         let dt = now.duration_since(prev.at?).as_secs_f64();
         let (old, new) = (old?, new?);

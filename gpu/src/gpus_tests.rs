@@ -46,14 +46,15 @@ impl GpuSource for Recorded {
             ..Default::default()
         }
     }
-    fn link_counters(&self, _index: u32) -> LinkCounters {
+    fn slow_counters(&self, _index: u32) -> SlowCounters {
         let mut n = self.reads.lock().expect("lock");
         *n += 1;
-        LinkCounters {
+        SlowCounters {
             pcie_tx_bytes_per_s: Some(1.5e9),
             pcie_rx_bytes_per_s: Some(2.5e9),
             nvlink_tx_bytes: Some(*n << 30),
             nvlink_rx_bytes: None,
+            energy_mj: Some(1_000 * *n),
         }
     }
     fn processes(&self, index: u32) -> Vec<GpuProcess> {
@@ -95,6 +96,9 @@ fn facts_leave_out_a_gpu_nvml_cannot_open() {
 #[test]
 fn link_rates_join_samples_after_a_sampler_round() {
     let g = recorded();
+    // The sampler thread starts with this first call; its first round may already have run,
+    // so only the fast fields are certain here.
+    assert_eq!(g.sample()[0].power_w, Some(650.5));
     g.sample_links_once();
     let s = g.sample();
     assert_eq!(s.len(), 2);
@@ -104,6 +108,10 @@ fn link_rates_join_samples_after_a_sampler_round() {
     assert_eq!(
         s[0].nvlink_rx_bytes_per_s, None,
         "the device has no RX counter"
+    );
+    assert!(
+        s[0].energy_mj.is_some_and(|e| e >= 1_000),
+        "energy comes from the sampler round"
     );
     std::thread::sleep(Duration::from_millis(20));
     g.sample_links_once();
@@ -136,7 +144,7 @@ fn nvlink_rate_is_the_counter_delta_over_time() {
     let t0 = Instant::now();
     let first = next_link_state(
         LinkState::default(),
-        LinkCounters {
+        SlowCounters {
             nvlink_tx_bytes: Some(1_000),
             nvlink_rx_bytes: Some(5_000),
             ..Default::default()
@@ -149,7 +157,7 @@ fn nvlink_rate_is_the_counter_delta_over_time() {
     );
     let second = next_link_state(
         first,
-        LinkCounters {
+        SlowCounters {
             nvlink_tx_bytes: Some(3_000),
             nvlink_rx_bytes: Some(4_000),
             ..Default::default()

@@ -14,7 +14,7 @@ use nvml_wrapper::sys_exports::field_id::{
 use nvml_wrapper::{Device, Nvml};
 
 use crate::p2p::PairLink;
-use crate::source::{GpuSource, LinkCounters};
+use crate::source::{GpuSource, SlowCounters};
 use crate::types::{GpuInfo, GpuProcess, GpuSampleData};
 
 /// NVML's most links per GPU.
@@ -116,8 +116,8 @@ fn nvlink_speed_gbps(dev: &Device<'_>) -> Option<f64> {
     (mbps > 0.0).then_some(mbps / 1000.0)
 }
 
-/// Energy since the driver loaded, mJ. Through field values: on the H200 VM that answered in
-/// about 25 µs where `nvmlDeviceGetTotalEnergyConsumption` took about 2.5 ms.
+/// Energy since the driver loaded, mJ, through field values where the driver has them (one
+/// read took 2.5 ms either way on the H200 VM, hence on the background thread).
 fn energy_mj(dev: &Device<'_>) -> Option<u64> {
     let by_field = dev
         .field_values_for(&[FieldId(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)])
@@ -241,7 +241,6 @@ impl GpuSource for NvmlSource {
             memory_used_bytes: mem.as_ref().map(|m| m.used),
             memory_total_bytes: mem.as_ref().map(|m| m.total),
             power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
-            energy_mj: energy_mj(&dev),
             sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
             memory_clock_mhz: dev.clock_info(Clock::Memory).ok(),
             temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
@@ -249,18 +248,19 @@ impl GpuSource for NvmlSource {
         }
     }
 
-    fn link_counters(&self, index: u32) -> LinkCounters {
+    fn slow_counters(&self, index: u32) -> SlowCounters {
         let Ok(dev) = self.device(index) else {
-            return LinkCounters::default();
+            return SlowCounters::default();
         };
         // NVML reports KB/s over a 20 ms window.
         let pcie = |c| dev.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
         let (nvlink_tx_bytes, nvlink_rx_bytes) = nvlink_totals(&self.nvml, &dev);
-        LinkCounters {
+        SlowCounters {
             pcie_tx_bytes_per_s: pcie(PcieUtilCounter::Send),
             pcie_rx_bytes_per_s: pcie(PcieUtilCounter::Receive),
             nvlink_tx_bytes,
             nvlink_rx_bytes,
+            energy_mj: energy_mj(&dev),
         }
     }
 
