@@ -86,6 +86,8 @@ struct RawConfig {
     #[serde(default = "default_host_wait")]
     host_wait: String,
     otlp_endpoint: Option<String>,
+    #[serde(default)]
+    suites: Vec<crate::regress::schedule::ScheduledSuite>,
 }
 
 fn default_listen() -> String {
@@ -128,6 +130,8 @@ pub struct ControllerConfig {
     /// jobs up). The CLI's embedded controller turns it off: a job whose `fleetbench run` was
     /// killed ends as failed instead of competing with the new run for the local host.
     pub resume_jobs: bool,
+    /// Regression suites run on a cron schedule (`[[suites]] path, cron, tag`).
+    pub suites: Vec<crate::regress::schedule::ScheduledSuite>,
 }
 
 impl ControllerConfig {
@@ -185,6 +189,7 @@ impl ControllerConfig {
             host_wait: Duration::from_secs(30),
             otlp_endpoint: None,
             resume_jobs: true,
+            suites: Vec::new(),
         }
     }
 }
@@ -287,6 +292,7 @@ impl RawConfig {
                 "store_url: {url:?}: expected sqlite://PATH or postgres://USER@HOST/DB"
             ));
         }
+        crate::regress::schedule::validate(&self.suites, &mut p);
         if !p.is_empty() {
             return Err(ConfigError::Invalid(p));
         }
@@ -303,6 +309,7 @@ impl RawConfig {
             host_wait,
             otlp_endpoint: self.otlp_endpoint,
             resume_jobs: true,
+            suites: self.suites,
         })
     }
 }

@@ -155,6 +155,14 @@ pub async fn start(
         config.host_wait,
         shutdown.clone(),
     );
+    if !config.suites.is_empty() {
+        tasks.push(tokio::spawn(crate::regress::schedule::run(
+            scheduler.clone(),
+            metrics.clone(),
+            config.suites.clone(),
+            shutdown.clone(),
+        )));
+    }
     let service = ControllerService {
         scheduler: scheduler.clone(),
         inventory,

@@ -22,6 +22,9 @@ pub enum FleetError {
         call: &'static str,
         status: tonic::Status,
     },
+    /// The in-process scheduler or its store failed (scheduled suites).
+    #[error("controller: {0}")]
+    Local(String),
     /// The controller refused a generated job spec (a bug: specs are validated first).
     #[error("the controller refused the job spec:\n{}", crate::spec::render_errors(.0))]
     Refused(Vec<SpecError>),

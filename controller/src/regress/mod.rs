@@ -9,6 +9,7 @@
 
 pub mod fleet;
 pub mod junit;
+pub mod schedule;
 pub mod stats;
 pub mod verdict;
 
