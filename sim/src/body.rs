@@ -179,11 +179,12 @@ impl FixedStream {
     /// A stream for `core` with the injected delays.
     pub fn new(core: StreamCore, ttft: Duration, itl: Duration) -> Self {
         let first = core.arrival + ttft;
+        let sleep = core.state.timer.sleep_until(first);
         FixedStream {
             core,
             ttft,
             itl,
-            sleep: PreciseSleep::until(first),
+            sleep,
         }
     }
 

@@ -15,7 +15,7 @@ use crate::logs;
 use crate::metrics::Metrics;
 use crate::model::ModelParams;
 use crate::sched::{ReqId, Scheduler, StepKind, SubmitError};
-use crate::timer::sleep_until;
+use crate::timer::Timer;
 
 /// Where a response body finds the tokens generated for it.
 #[derive(Debug)]
@@ -120,7 +120,7 @@ impl Engine {
     }
 
     /// The step loop; runs until the process ends (or forever idle once hung).
-    pub async fn run(self: Arc<Self>, seed: u64, jitter: f64) {
+    pub async fn run(self: Arc<Self>, timer: Arc<Timer>, seed: u64, jitter: f64) {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_f1ee_7be0);
         let mut normal = move || {
             // Box-Muller: two uniforms to one standard normal.
@@ -158,7 +158,7 @@ impl Engine {
                 _ => now,
             };
             let end = start + dur;
-            sleep_until(end).await;
+            timer.sleep_until(end).await;
             clock = Some(end);
             let (running, queued, kv) = {
                 let mut st = self.state.lock().expect("engine lock");

@@ -12,6 +12,7 @@ use fleetbench_sim::metrics::Metrics;
 use fleetbench_sim::model::ModelParams;
 use fleetbench_sim::server::{AppState, serve};
 use fleetbench_sim::startup::{self, StartupOutcome};
+use fleetbench_sim::timer::Timer;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -105,14 +106,28 @@ async fn run(args: SimArgs) -> ExitCode {
         .fixed_latency()
         .is_none()
         .then(|| Engine::new(params.clone(), metrics.clone()));
-    let state = AppState::new(args.clone(), params, info, metrics, engine.clone());
+    let timer = match Timer::new() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("fleetbench-sim: cannot create a timerfd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let state = AppState::new(
+        args.clone(),
+        params,
+        info,
+        metrics,
+        engine.clone(),
+        timer.clone(),
+    );
     tokio::spawn(serve(listener, state.clone()));
     match startup::run(&args, &fields).await {
         StartupOutcome::Failed => return ExitCode::FAILURE,
         StartupOutcome::Ready => {}
     }
     if let Some(engine) = engine {
-        tokio::spawn(engine.run(args.seed, args.jitter));
+        tokio::spawn(engine.run(timer, args.seed, args.jitter));
     }
     state.ready.store(true, Relaxed);
     std::future::pending::<ExitCode>().await

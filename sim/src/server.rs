@@ -24,6 +24,7 @@ use crate::logs;
 use crate::metrics::Metrics;
 use crate::model::ModelParams;
 use crate::sse::{Api, Renderer, StreamOpts};
+use crate::timer::Timer;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -46,6 +47,8 @@ pub struct AppState {
     pub fixed: Option<(Duration, Duration)>,
     pub coalesced: bool,
     pub created: u64,
+    /// Sub-millisecond deadlines for fixed-latency streams.
+    pub timer: Arc<Timer>,
     nan_logged: AtomicBool,
 }
 
@@ -57,6 +60,7 @@ impl AppState {
         server_info: Value,
         metrics: Arc<Metrics>,
         engine: Option<Arc<Engine>>,
+        timer: Arc<Timer>,
     ) -> Arc<Self> {
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -76,6 +80,7 @@ impl AppState {
             metrics,
             engine,
             created,
+            timer,
             nan_logged: AtomicBool::new(false),
         })
     }

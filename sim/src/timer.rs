@@ -2,17 +2,24 @@
 //!
 //! Tokio's timer wheel has 1 ms ticks and rounds deadlines up, which would put up to a
 //! millisecond of error on every injected delay; the instrument tests need the injected TTFT
-//! and ITL to within a fraction of that. One dedicated thread keeps a heap of deadlines, sleeps
-//! on a condition variable with nanosecond timeouts (timer slack lowered for that thread) and
-//! wakes the tasks whose deadlines passed. Deadlines are never met early.
+//! and ITL to within a fraction of that. A [`Timer`] keeps a heap of deadlines and one Linux
+//! `timerfd` armed (nanosecond resolution) for the earliest; the fd sits in the runtime's own
+//! epoll set, so expiries are handled by a task on the runtime's threads: no extra thread, no
+//! cross-thread wake-ups or context switches, which matters when the simulator gets one core.
+//! Deadlines are never met early.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
+
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 
 struct Entry {
     deadline: Instant,
@@ -41,105 +48,146 @@ impl Ord for Entry {
 struct State {
     heap: BinaryHeap<Reverse<Entry>>,
     seq: u64,
+    /// The deadline the timerfd is armed for.
+    armed: Option<Instant>,
 }
 
-struct Shared {
+/// Deadlines of one runtime. Create it inside the runtime ([`Timer::new`] spawns its task).
+pub struct Timer {
     state: Mutex<State>,
-    cv: Condvar,
+    fd: AsyncFd<OwnedFd>,
 }
 
-fn shared() -> &'static Arc<Shared> {
-    static TIMER: OnceLock<Arc<Shared>> = OnceLock::new();
-    TIMER.get_or_init(|| {
-        let s = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            cv: Condvar::new(),
-        });
-        let t = s.clone();
-        std::thread::Builder::new()
-            .name("sim-timer".into())
-            .spawn(move || run(&t))
-            .expect("spawn timer thread");
-        s
-    })
-}
-
-fn run(s: &Shared) {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer").finish_non_exhaustive()
     }
-    let mut due: Vec<Waker> = Vec::with_capacity(1024);
-    let mut st = s.state.lock().expect("timer lock");
-    loop {
-        let now = Instant::now();
-        while let Some(Reverse(e)) = st.heap.peek() {
-            if e.deadline > now {
-                break;
-            }
-            let Some(Reverse(e)) = st.heap.pop() else {
-                break;
-            };
-            due.push(e.waker);
-        }
-        if !due.is_empty() {
-            drop(st);
-            for w in due.drain(..) {
-                w.wake();
-            }
-            st = s.state.lock().expect("timer lock");
-            continue;
-        }
-        st = match st.heap.peek().map(|Reverse(e)| e.deadline) {
-            None => s.cv.wait(st).expect("timer lock"),
-            // No spinning: with hundreds of streams the next deadline is always a few
-            // microseconds away, and a spinning timer thread would take the core the server
-            // runs on. The futex wait with 1 ns timer slack is late by tens of microseconds.
-            Some(d) => {
-                let left = d.saturating_duration_since(now);
-                s.cv.wait_timeout(st, left).expect("timer lock").0
-            }
+}
+
+impl Timer {
+    /// A timer whose expiries are handled by a task on the current runtime.
+    pub fn new() -> io::Result<Arc<Timer>> {
+        // SAFETY: plain syscall; the fd is owned right away.
+        let raw = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
         };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh fd nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: the OwnedFd is moved into the AsyncFd and stays open, unchanged, for its life.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(io::Error::from)?;
+        let timer = Arc::new(Timer {
+            state: Mutex::new(State::default()),
+            fd,
+        });
+        tokio::spawn(drive(timer.clone()));
+        Ok(timer)
     }
-}
 
-fn register(deadline: Instant, waker: Waker) {
-    let s = shared();
-    let mut st = s.state.lock().expect("timer lock");
-    let earliest = st
-        .heap
-        .peek()
-        .is_none_or(|Reverse(e)| deadline < e.deadline);
-    st.seq += 1;
-    let seq = st.seq;
-    st.heap.push(Reverse(Entry {
-        deadline,
-        seq,
-        waker,
-    }));
-    drop(st);
-    if earliest {
-        s.cv.notify_one();
-    }
-}
-
-/// Polls ready at `deadline` (to within tens of microseconds). Registers its waker once per
-/// deadline, so repeated polls by an unrelated wake-up do not pile up entries.
-#[derive(Debug)]
-pub struct PreciseSleep {
-    deadline: Instant,
-    registered: bool,
-}
-
-impl PreciseSleep {
     /// A sleep that ends at `deadline`.
-    pub fn until(deadline: Instant) -> Self {
+    pub fn sleep_until(self: &Arc<Self>, deadline: Instant) -> PreciseSleep {
         PreciseSleep {
+            timer: self.clone(),
             deadline,
             registered: false,
         }
     }
 
+    fn arm(&self, deadline: Instant) {
+        // Relative arming: the time between `now` and the syscall only makes it later.
+        let left = deadline.saturating_duration_since(Instant::now());
+        // A zero it_value would disarm the timer; one nanosecond fires at once.
+        let nanos = left.as_nanos().max(1);
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (nanos / 1_000_000_000) as libc::time_t,
+                tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: valid fd and itimerspec; the old value is not asked for.
+        unsafe {
+            libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut());
+        }
+    }
+
+    fn register(&self, deadline: Instant, waker: Waker) {
+        let mut st = self.state.lock().expect("timer lock");
+        st.seq += 1;
+        let seq = st.seq;
+        st.heap.push(Reverse(Entry {
+            deadline,
+            seq,
+            waker,
+        }));
+        if st.armed.is_none_or(|a| deadline < a) {
+            st.armed = Some(deadline);
+            self.arm(deadline);
+        }
+    }
+
+    /// Pops every entry that is due and re-arms for the next one.
+    fn take_due(&self, due: &mut Vec<Waker>) {
+        let mut st = self.state.lock().expect("timer lock");
+        let now = Instant::now();
+        while let Some(Reverse(e)) = st.heap.peek() {
+            if e.deadline > now {
+                break;
+            }
+            if let Some(Reverse(e)) = st.heap.pop() {
+                due.push(e.waker);
+            }
+        }
+        st.armed = st.heap.peek().map(|Reverse(e)| e.deadline);
+        if let Some(next) = st.armed {
+            self.arm(next);
+        }
+    }
+}
+
+async fn drive(timer: Arc<Timer>) {
+    let mut due = Vec::with_capacity(1024);
+    loop {
+        let Ok(mut guard) = timer.fd.readable().await else {
+            return;
+        };
+        // Consume the expiry count; WouldBlock clears a stale readiness.
+        let _ = guard.try_io(|fd| {
+            let mut buf = [0u8; 8];
+            // SAFETY: reading 8 bytes into an 8-byte buffer from our own timerfd.
+            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        });
+        timer.take_due(&mut due);
+        for w in due.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// Polls ready at `deadline` (to within tens of microseconds, never before). Registers its waker
+/// once per deadline, so repeated polls by an unrelated wake-up do not pile up entries.
+#[derive(Debug)]
+pub struct PreciseSleep {
+    timer: Arc<Timer>,
+    deadline: Instant,
+    registered: bool,
+}
+
+impl PreciseSleep {
     /// When it ends.
     pub fn deadline(&self) -> Instant {
         self.deadline
@@ -158,7 +206,7 @@ impl PreciseSleep {
         }
         if !self.registered {
             self.registered = true;
-            register(self.deadline, cx.waker().clone());
+            self.timer.register(self.deadline, cx.waker().clone());
         }
         Poll::Pending
     }
@@ -171,11 +219,6 @@ impl Future for PreciseSleep {
     }
 }
 
-/// Sleeps until `deadline` with sub-millisecond precision.
-pub fn sleep_until(deadline: Instant) -> PreciseSleep {
-    PreciseSleep::until(deadline)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,10 +226,11 @@ mod tests {
 
     #[tokio::test]
     async fn never_early_and_usually_close() {
+        let timer = Timer::new().unwrap();
         let mut late = Vec::new();
         for i in 0..21u64 {
             let d = Instant::now() + Duration::from_micros(1500 + i * 37);
-            sleep_until(d).await;
+            timer.sleep_until(d).await;
             let now = Instant::now();
             assert!(now >= d, "woke {:?} early", d - now);
             late.push(now - d);
@@ -200,14 +244,16 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_sleepers_in_deadline_order() {
+        let timer = Timer::new().unwrap();
         let start = Instant::now();
         let mut handles = Vec::new();
         for i in (0..50u64).rev() {
+            let t = timer.clone();
             handles.push(tokio::spawn(async move {
                 let d = start + Duration::from_micros(500 * i + 1000);
-                sleep_until(d).await;
+                t.sleep_until(d).await;
                 assert!(Instant::now() >= d);
                 i
             }));
