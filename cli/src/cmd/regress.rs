@@ -48,11 +48,10 @@ impl LocalFleet {
         for i in 0..agents {
             let mut cfg = fleetbench_agent::AgentConfig::local(data_dir.join(format!("agent-{i}")));
             cfg.name = format!("local-{i}");
-            if agents > 1 {
-                // The agents share this machine: each engine gets a port of its own.
-                for p in cfg.profiles.values_mut() {
-                    p.port = free_port()?;
-                }
+            // The agents share this machine (and maybe other users'): each engine gets a
+            // free port of its own rather than the engine's well-known one.
+            for p in cfg.profiles.values_mut() {
+                p.port = free_port()?;
             }
             let agent = match fleetbench_agent::start(cfg).await {
                 Ok(a) => a,

@@ -1,0 +1,104 @@
+//! `fleetbench regress` and `fleetbench tune` as a user runs them (the binary, its embedded
+//! controller and local agents): exit codes, verdict lines, JUnit file, located errors.
+
+mod regress_common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn fleetbench(dir: &Path, args: &[&str]) -> Output {
+    Command::new(fleetbench_testkit::workspace_bin("fleetbench"))
+        .args(args)
+        .args(["--data-dir", dir.join("data").to_str().unwrap()])
+        .current_dir(dir)
+        .output()
+        .expect("run fleetbench")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn regress_exits_by_verdict_and_writes_junit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("base.toml"),
+        regress_common::detection_suite(1, 1.0, 2, false),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("slow.toml"),
+        regress_common::detection_suite(2, 1.10, 2, true),
+    )
+    .unwrap();
+
+    let o = fleetbench(
+        d,
+        &["regress", "base.toml", "--tag", "base", "--agents", "2"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("baseline: none (first run"),
+        "{}",
+        text(&o)
+    );
+
+    let o = fleetbench(
+        d,
+        &[
+            "regress",
+            "slow.toml",
+            "--junit",
+            "junit.xml",
+            "--agents",
+            "2",
+        ],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("REGRESSED") && out.contains("FAIL: 2 of 2 checks regressed"),
+        "{out}"
+    );
+    let xml = std::fs::read_to_string(d.join("junit.xml")).unwrap();
+    assert!(xml.contains("failures=\"2\""), "{xml}");
+
+    std::fs::write(
+        d.join("bad.toml"),
+        regress_common::detection_suite(1, 1.0, 2, false)
+            .replace("tolerance = 0.05", "tolerance = 5"),
+    )
+    .unwrap();
+    let o = fleetbench(d, &["regress", "bad.toml"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("bad.toml:24: suite.metrics[0].tolerance: a relative tolerance is at least 0 and below 1"),
+        "{out}"
+    );
+}
+
+#[test]
+fn tune_refuses_an_invalid_search_before_starting_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spec =
+        std::fs::read_to_string(fleetbench_testkit::repo_root().join("examples/tune-sim.toml"))
+            .unwrap()
+            .replace("eta = 3", "eta = 1");
+    std::fs::write(d.join("tune.toml"), spec).unwrap();
+    let o = fleetbench(d, &["tune", "tune.toml"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("tune.toml:37: search.eta: must be at least 2, got 1"),
+        "{out}"
+    );
+    assert!(!d.join("data").exists(), "nothing started");
+}
