@@ -111,3 +111,24 @@ fn every_problem_is_located() {
     ];
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_random_search_draws_its_budget_reproducibly() {
+    let text = |seed: u32| {
+        format!(
+            "{HEAD}[search]\nstrategy = \"random\"\nbudget = 5\nseed = {seed}\n[search.flags]\n\"--max-running-requests\" = {{ min = 16, max = 256, step = 16 }}\n\"--moe-runner-backend\" = [\"triton\", \"flashinfer_cutlass\"]\n"
+        )
+    };
+    let draw = |seed| {
+        let (spec, search) = parse_search("t.toml", &text(seed)).unwrap();
+        space::candidates(&spec, &search)
+    };
+    let a = draw(1);
+    assert_eq!(a.len(), 5);
+    let mut flags: Vec<_> = a.iter().map(|c| c.flags.clone()).collect();
+    flags.sort();
+    flags.dedup();
+    assert_eq!(flags.len(), 5, "distinct candidates");
+    assert_eq!(a, draw(1), "the same seed draws the same candidates");
+    assert_ne!(a, draw(2), "another seed draws others");
+}

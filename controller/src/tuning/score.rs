@@ -171,6 +171,30 @@ pub fn engine_minutes(results: &GetResultsResponse) -> f64 {
     (start + levels) / 60.0
 }
 
+/// What the full grid would cost, from a cheap round: for each config, its engine start-ups
+/// plus its levels' durations scaled up from `fraction` of the requests, times `repeats`.
+pub fn full_budget_minutes(results: &GetResultsResponse, fraction: f64, repeats: u32) -> f64 {
+    let mut by: BTreeMap<&str, (f64, f64, u32)> = BTreeMap::new();
+    for r in &results.runs {
+        let e = by.entry(r.config_name.as_str()).or_default();
+        e.0 += r.engine_start_s;
+        e.2 += 1;
+    }
+    for l in &results.levels {
+        if let Some(r) = &l.result {
+            by.entry(l.config_name.as_str()).or_default().1 += r.duration_s;
+        }
+    }
+    let seconds: f64 = by
+        .values()
+        .map(|(start, levels, runs)| {
+            let per_run = (start + levels / fraction.max(1e-9)) / f64::from((*runs).max(1));
+            per_run * f64::from(repeats)
+        })
+        .sum();
+    seconds / 60.0
+}
+
 /// A point of the throughput/latency plane.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {

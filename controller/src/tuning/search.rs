@@ -72,8 +72,8 @@ pub struct TuneOutcome {
     pub rounds: Vec<RoundSummary>,
     /// Engine-minutes the search spent (engine start-up plus level durations, all runs).
     pub engine_minutes: f64,
-    /// What every candidate at the full budget would have cost, from the last round's cost
-    /// per candidate (equal to `engine_minutes` for a grid).
+    /// What every candidate at the full budget would have cost, scaled from each
+    /// candidate's cost in the first rung (equal to `engine_minutes` for a grid).
     pub full_grid_minutes_estimate: f64,
     /// A run of the best and of the starting config (for `fleetbench diff`).
     pub best_run_id: Option<String>,
@@ -141,7 +141,7 @@ pub async fn run_search<F: Fleet>(
     let mut alive: Vec<String> = cands.iter().map(|c| c.name.clone()).collect();
     let mut rounds = Vec::new();
     let mut run_ids: BTreeMap<String, String> = BTreeMap::new();
-    let mut last_round: Option<(String, f64)> = None;
+    let mut grid_estimate: Option<f64> = None;
     let mut pareto_points = Vec::new();
     for rung in 0..rungs {
         let last = rung + 1 == rungs;
@@ -199,9 +199,11 @@ pub async fn run_search<F: Fleet>(
                 _ => {}
             }
         }
+        if rung == 0 {
+            grid_estimate = Some(score::full_budget_minutes(&res, fraction, spec.repeats));
+        }
         let ranked = rank(&measured, &alive);
         if last {
-            last_round = Some((job_id, minutes / ranked.len().max(1) as f64));
             for name in &ranked {
                 if let Some(m) = measured.get(name) {
                     for l in &m.levels {
@@ -258,11 +260,10 @@ pub async fn run_search<F: Fleet>(
         _ => None,
     };
     let engine_minutes: f64 = rounds.iter().map(|r| r.engine_minutes).sum();
-    let per_candidate = last_round.as_ref().map_or(0.0, |(_, m)| *m);
     let full_grid_minutes_estimate = if rungs == 1 {
         engine_minutes
     } else {
-        per_candidate * cands.len() as f64
+        grid_estimate.unwrap_or(0.0)
     };
     let mut candidates: Vec<CandidateResult> = results.into_values().collect();
     candidates.sort_by(|a, b| {
