@@ -145,3 +145,24 @@ fn a_regression_is_worse_than_the_tolerance_and_outside_the_noise() {
     );
     assert!(!verdict::passed(&v));
 }
+
+#[test]
+fn every_suite_example_parses() {
+    let dir = fleetbench_testkit::repo_root().join("examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("suite-") && name.ends_with(".toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            if let Err(e) = parse_suite(&name, &text) {
+                panic!(
+                    "{name}:\n{}",
+                    fleetbench_controller::spec::render_errors(&e)
+                );
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 1, "no examples/suite-*.toml");
+}
