@@ -130,3 +130,41 @@ async fn a_missing_tag_is_refused_before_anything_runs() {
     assert!(jobs.is_empty(), "nothing was submitted: {jobs:?}");
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_store_a_tag_is_found_among_the_controllers_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = regress_common::Fleet::start(dir.path(), 1).await;
+    let mut client = fleet.client().await;
+    let remote = History {
+        store: None,
+        metrics: None,
+    };
+    let base = regress_common::detection_suite(1, 1.0, 2, false);
+    // A remote controller's CLI cannot read the pass history: last-passing is refused.
+    let err = regress::run_suite(&mut client, remote, "detect.toml", &base, "base")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("tag:NAME"), "{err}");
+    let local = History {
+        store: Some(&fleet.controller.store),
+        metrics: None,
+    };
+    let first = regress::run_suite(&mut client, local, "detect.toml", &base, "base")
+        .await
+        .unwrap();
+    let tagged = regress_common::detection_suite(2, 1.0, 2, true);
+    let second = regress::run_suite(&mut client, remote, "detect.toml", &tagged, "")
+        .await
+        .unwrap();
+    assert_eq!(
+        second.baseline_job_id.as_deref(),
+        Some(first.job.id.as_str())
+    );
+    assert!(
+        second.passed,
+        "{}",
+        regress::verdict::render(&second.verdicts)
+    );
+    fleet.stop().await;
+}
