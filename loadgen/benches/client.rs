@@ -162,7 +162,11 @@ async fn accuracy() {
         conf.warmup = 0;
         // 32-64 output tokens: one fixed length keeps every stream of a closed loop in lockstep,
         // and each wave of c simultaneous requests queues in both processes.
-        conf.dataset = DatasetSpec::Random { input_len: 16, output_len: 64, range_ratio: 0.5 };
+        conf.dataset = DatasetSpec::Random {
+            input_len: 16,
+            output_len: 64,
+            range_ratio: 0.5,
+        };
         let runner = Runner::new(conf).await.expect("runner");
         let (t0, i0) = (server_hist(&s.1, TTFT), server_hist(&s.1, ITL));
         let r = runner

@@ -20,6 +20,9 @@ use crate::level::{Accum, Measured};
 use crate::report::{LevelOutcome, LevelReport, Progress};
 use crate::tokenize::Counter;
 
+/// How long before its intended time an open-loop job is handed to a slot.
+const HANDOFF_LEAD: Duration = Duration::from_millis(3);
+
 /// Prompts built for a run whose bound is a duration (they are cycled).
 const DURATION_POOL: usize = 1000;
 
@@ -490,7 +493,15 @@ async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
             let slot_limit = cap.unwrap_or(u32::MAX);
             for (i, at) in arrivals.iter().enumerate() {
                 let intended = start + *at;
-                sleep_until_precise(intended).await;
+                // Hand the job over a little early; the slot waits for the exact instant itself,
+                // so the hand-off between threads does not delay the send.
+                tokio::time::sleep_until(
+                    intended
+                        .checked_sub(HANDOFF_LEAD)
+                        .unwrap_or(intended)
+                        .into(),
+                )
+                .await;
                 if sh.stop.load(Ordering::Relaxed) {
                     break;
                 }
@@ -507,6 +518,7 @@ async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
                             let job = rx.lock().await.recv().await;
                             sh.idle.fetch_sub(1, Ordering::Relaxed);
                             let Some(job) = job else { break };
+                            sleep_until_precise(job.intended).await;
                             slot.run(&sh, job.index, job.intended, slot_limit.min(64))
                                 .await;
                         }
