@@ -614,3 +614,30 @@ impl Slot {
         ended
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The agent runs levels on spawned tasks: the futures must be `Send`, the runner `Sync`.
+    #[test]
+    fn run_level_future_is_send() {
+        fn send<T: Send>(_: &T) {}
+        fn sync<T: Sync>() {}
+        sync::<Runner>();
+        let check = |r: &'static Runner| {
+            let f = r.run_level(
+                0,
+                &Level {
+                    concurrency: Some(1),
+                    request_rate: None,
+                    burstiness: 1.0,
+                },
+                None,
+                CancellationToken::new(),
+            );
+            send(&f);
+        };
+        let _ = check;
+    }
+}
