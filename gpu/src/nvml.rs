@@ -8,12 +8,13 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{
-    NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    NVML_FI_DEV_NVLINK_GET_SPEED, NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
 };
 use nvml_wrapper::{Device, Nvml};
 
-use crate::p2p::PairLink;
+use crate::p2p::{NvlinkEnds, PairLink, pair_nvlinks};
 use crate::source::{GpuSource, SlowCounters};
 use crate::types::{GpuInfo, GpuProcess, GpuSampleData};
 
@@ -106,14 +107,85 @@ fn bus_eq(a: &str, b: &str) -> bool {
     a.trim().eq_ignore_ascii_case(b.trim())
 }
 
-/// NVLink link speed, GB/s per direction, of the device's active links.
-fn nvlink_speed_gbps(dev: &Device<'_>) -> Option<f64> {
-    let values = dev
+/// NVLink link speed, GB/s per direction, of the device's active links. The common-speed
+/// field answered nothing on the 2×H200 VM, so per-link speed (scoped to `link`) and, last, the
+/// NVLink version's nominal rate are tried after it.
+fn nvlink_speed_gbps(nvml: &Nvml, dev: &Device<'_>, link: u32) -> Option<f64> {
+    let common = dev
         .field_values_for(&[FieldId(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)])
-        .ok()?;
-    let sample = values.into_iter().next()?.ok()?;
-    let mbps = sample_as_f64(sample.value.ok()?)?;
-    (mbps > 0.0).then_some(mbps / 1000.0)
+        .ok()
+        .and_then(|v| v.into_iter().next())
+        .and_then(|s| s.ok())
+        .and_then(|s| s.value.ok())
+        .and_then(sample_as_f64);
+    let mbps = common
+        .filter(|m| *m > 0.0)
+        .or_else(|| raw_field(nvml, dev, NVML_FI_DEV_NVLINK_GET_SPEED, link).filter(|m| *m > 0.0));
+    if let Some(mbps) = mbps {
+        return Some(mbps / 1000.0);
+    }
+    let version = dev.link_wrapper_for(link).version().ok()?;
+    crate::p2p::nvlink_version_gbps(version)
+}
+
+/// One field value with a scope (a link number, or `u32::MAX` for all links) as f64.
+/// nvml-wrapper's `field_values_for` always sends scope 0, hence the raw call.
+fn raw_field(nvml: &Nvml, dev: &Device<'_>, field: u32, scope: u32) -> Option<f64> {
+    raw_fields(nvml, dev, &[field], scope)
+        .into_iter()
+        .next()
+        .flatten()
+}
+
+fn raw_fields(nvml: &Nvml, dev: &Device<'_>, fields: &[u32], scope: u32) -> Vec<Option<f64>> {
+    use nvml_wrapper_sys::bindings::*;
+    const DOUBLE: u32 = nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE;
+    const UNSIGNED_INT: u32 = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
+    const UNSIGNED_LONG: u32 = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG;
+    const UNSIGNED_LONG_LONG: u32 = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+    const SIGNED_LONG_LONG: u32 = nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG;
+    const SIGNED_INT: u32 = nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT;
+    const UNSIGNED_SHORT: u32 = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT;
+    let Ok(sym) = nvml.lib().nvmlDeviceGetFieldValues.as_ref() else {
+        return vec![None; fields.len()];
+    };
+    let mut values: Vec<nvmlFieldValue_t> = fields
+        .iter()
+        .map(|&f| {
+            // SAFETY: nvmlFieldValue_t is plain C data; zeroed is a valid empty request.
+            let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+            v.fieldId = f;
+            v.scopeId = scope;
+            v
+        })
+        .collect();
+    // SAFETY: the handle belongs to this live Nvml; the vector outlives the call and its length
+    // is passed.
+    let rc = unsafe { sym(dev.handle(), values.len() as i32, values.as_mut_ptr()) };
+    if rc != nvmlReturn_enum_NVML_SUCCESS {
+        return vec![None; fields.len()];
+    }
+    values
+        .iter()
+        .map(|v| {
+            if v.nvmlReturn != nvmlReturn_enum_NVML_SUCCESS {
+                return None;
+            }
+            // SAFETY: the union member read is the one `valueType` names.
+            Some(unsafe {
+                match v.valueType {
+                    DOUBLE => v.value.dVal,
+                    UNSIGNED_INT => f64::from(v.value.uiVal),
+                    UNSIGNED_LONG => v.value.ulVal as f64,
+                    UNSIGNED_LONG_LONG => v.value.ullVal as f64,
+                    SIGNED_LONG_LONG => v.value.sllVal as f64,
+                    SIGNED_INT => f64::from(v.value.siVal),
+                    UNSIGNED_SHORT => f64::from(v.value.usVal),
+                    _ => return None,
+                }
+            })
+        })
+        .collect()
 }
 
 /// Energy since the driver loaded, mJ, through field values where the driver has them (one
@@ -148,32 +220,19 @@ fn active_links(dev: &Device<'_>) -> Vec<u32> {
         .collect()
 }
 
-/// NVLink data counters summed over all links (scope id `u32::MAX`), bytes. nvml-wrapper's
-/// `field_values_for` always sends scope 0 (link 0 only), hence the raw call.
+/// NVLink data counters summed over all links (scope `u32::MAX`), bytes; NVML counts KiB.
 fn nvlink_totals(nvml: &Nvml, dev: &Device<'_>) -> (Option<u64>, Option<u64>) {
-    use nvml_wrapper_sys::bindings::{nvmlFieldValue_t, nvmlReturn_enum_NVML_SUCCESS};
-    let Ok(sym) = nvml.lib().nvmlDeviceGetFieldValues.as_ref() else {
-        return (None, None);
-    };
-    // SAFETY: nvmlFieldValue_t is plain C data; zeroed is a valid "empty request" value.
-    let mut values: [nvmlFieldValue_t; 2] = unsafe { std::mem::zeroed() };
-    values[0].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
-    values[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
-    for v in &mut values {
-        v.scopeId = u32::MAX;
-    }
-    // SAFETY: the handle belongs to this live Nvml; the array outlives the call and its length
-    // is passed.
-    let rc = unsafe { sym(dev.handle(), values.len() as i32, values.as_mut_ptr()) };
-    if rc != nvmlReturn_enum_NVML_SUCCESS {
-        return (None, None);
-    }
-    let read = |v: &nvmlFieldValue_t| {
-        // The counters are in KiB (NVML header: "NVLink TX Data throughput in KiB").
-        // SAFETY: these two fields are documented as unsigned long long.
-        (v.nvmlReturn == nvmlReturn_enum_NVML_SUCCESS).then(|| unsafe { v.value.ullVal } * 1024)
-    };
-    (read(&values[0]), read(&values[1]))
+    let v = raw_fields(
+        nvml,
+        dev,
+        &[
+            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+        ],
+        u32::MAX,
+    );
+    let bytes = |x: Option<f64>| x.map(|kib| kib as u64 * 1024);
+    (bytes(v[0]), bytes(v[1]))
 }
 
 impl GpuSource for NvmlSource {
@@ -211,11 +270,9 @@ impl GpuSource for NvmlSource {
             pcie_max_link_gen: dev.max_pcie_link_gen().unwrap_or(0),
             pcie_max_link_width: dev.max_pcie_link_width().unwrap_or(0),
             nvlink_active_count: links.len() as u32,
-            nvlink_speed_gbps: if links.is_empty() {
-                None
-            } else {
-                nvlink_speed_gbps(&dev)
-            },
+            nvlink_speed_gbps: links
+                .first()
+                .and_then(|&l| nvlink_speed_gbps(&self.nvml, &dev, l)),
             numa_node: dev.numa_node_id().ok().and_then(|n| i32::try_from(n).ok()),
             power_limit_w: dev
                 .enforced_power_limit()
@@ -363,30 +420,44 @@ impl GpuSource for NvmlSource {
         link.pcie_width = width(&a).min(width(&b));
 
         let b_bus = b.pci_info().map(|p| p.bus_id).unwrap_or_default();
-        let mut direct = 0;
-        let mut to_switch = 0;
-        for l in active_links(&a) {
+        let a_links = active_links(&a);
+        let mut ends = NvlinkEnds::default();
+        for &l in &a_links {
             let nv = a.link_wrapper_for(l);
-            if let Ok(remote) = nv.remote_pci_info()
-                && !b_bus.is_empty()
-                && bus_eq(&remote.bus_id, &b_bus)
-            {
-                direct += 1;
-            } else if matches!(nv.remote_device_type(l), Ok(IntDeviceType::Switch)) {
-                to_switch += 1;
+            let remote_bus = nv.remote_pci_info().map(|r| r.bus_id).ok();
+            match nv.remote_device_type(l) {
+                _ if remote_bus
+                    .as_deref()
+                    .is_some_and(|r| !b_bus.is_empty() && bus_eq(r, &b_bus)) =>
+                {
+                    ends.to_dst += 1
+                }
+                Ok(IntDeviceType::Switch) => ends.to_switch += 1,
+                Ok(IntDeviceType::Gpu) | Err(_) => ends.to_other_gpu += 1,
+                Ok(_) => {}
             }
         }
-        // Through NVSwitches every link serves every peer; count them only where NVML says the
-        // pair talks over NVLink at all.
-        link.nvlink_count = if direct > 0 {
-            direct
-        } else if link.nvml_nvlink == "ok" {
-            to_switch
+        let nvlink_ok = link.nvml_nvlink == "ok";
+        let nvlink_peers = if nvlink_ok && ends.to_dst == 0 && ends.to_switch == 0 {
+            (0..self.device_count())
+                .filter(|&c| c != src)
+                .filter_map(|c| self.device(c).ok())
+                .filter(|c| {
+                    matches!(
+                        a.p2p_status(c, P2pCapabilitiesIndex::NvLink),
+                        Ok(P2pStatus::Ok)
+                    )
+                })
+                .count() as u32
         } else {
             0
         };
+        link.nvlink_count = pair_nvlinks(&ends, nvlink_ok, nvlink_peers);
         if link.nvlink_count > 0 {
-            link.nvlink_speed_gbps = nvlink_speed_gbps(&a).unwrap_or(0.0);
+            link.nvlink_speed_gbps = a_links
+                .first()
+                .and_then(|&l| nvlink_speed_gbps(&self.nvml, &a, l))
+                .unwrap_or(0.0);
         }
         link
     }

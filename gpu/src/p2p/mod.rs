@@ -5,6 +5,7 @@
 mod assemble;
 mod cuda;
 mod diagnose;
+mod links;
 mod render;
 mod report;
 
@@ -13,6 +14,7 @@ use std::time::Instant;
 pub use assemble::assemble;
 pub use cuda::driver_present as cuda_driver_present;
 pub use diagnose::{diagnose, expected_link, pcie_lane_gbps};
+pub use links::{NvlinkEnds, nvlink_version_gbps, pair_nvlinks};
 pub use render::render_table;
 pub use report::{P2pDevice, P2pReport, PairLink, PairMeasurement, PairResult};
 

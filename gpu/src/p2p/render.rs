@@ -18,8 +18,10 @@ pub fn render_table(r: &P2pReport) -> String {
         "gpu", "name", "pci bus id", "PCIe", "NVLink", "d2d GB/s"
     );
     for d in &r.devices {
-        let nvlink = if d.nvlink_active_count > 0 {
+        let nvlink = if d.nvlink_active_count > 0 && d.nvlink_speed_gbps > 0.0 {
             format!("{}×{:.1}", d.nvlink_active_count, d.nvlink_speed_gbps)
+        } else if d.nvlink_active_count > 0 {
+            format!("{}×?", d.nvlink_active_count)
         } else {
             "-".to_string()
         };
