@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use fleetbench_proto::controllerpb::controller_client::ControllerClient;
 use fleetbench_proto::controllerpb::{
-    GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobState, ListJobsRequest,
-    SubmitJobRequest,
+    AgentHealth, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobState,
+    ListAgentsRequest, ListJobsRequest, SubmitJobRequest,
 };
 
 use crate::spec::SpecError;
@@ -48,6 +48,10 @@ pub trait Fleet: Send {
     ) -> impl Future<Output = Result<GetResultsResponse, FleetError>> + Send;
     /// Recent jobs, newest first.
     fn jobs(&mut self) -> impl Future<Output = Result<Vec<Job>, FleetError>> + Send;
+    /// Hosts that can take work now (known and reachable); None when unknown.
+    fn hosts(&mut self) -> impl Future<Output = Option<usize>> + Send {
+        async { None }
+    }
 }
 
 /// Whether a job has ended.
@@ -118,6 +122,23 @@ where
             .await
             .map_err(rpc("GetResults"))?
             .into_inner())
+    }
+
+    async fn hosts(&mut self) -> Option<usize> {
+        let agents = self
+            .list_agents(ListAgentsRequest {})
+            .await
+            .ok()?
+            .into_inner();
+        Some(
+            agents
+                .agents
+                .iter()
+                .filter(|a| {
+                    a.health == AgentHealth::Ready as i32 || a.health == AgentHealth::Busy as i32
+                })
+                .count(),
+        )
     }
 
     async fn jobs(&mut self) -> Result<Vec<Job>, FleetError> {

@@ -65,12 +65,18 @@ pub async fn run_saturation<F: Fleet + Clone>(
         Levels::RequestRate { rates, .. } => rates.len(),
     };
     let cands = space::candidates(&spec, &search);
+    // One config's probes per host at a time: a probe job left waiting for a host longer than
+    // the controller's host_wait would fail.
+    let parallel = fleet.clone().hosts().await.unwrap_or(1).max(1);
     let searches = cands.into_iter().map(|c| {
         let mut fleet = fleet.clone();
         let spec = &spec;
         async move { one(&mut fleet, file_name, text, spec, c, bounds).await }
     });
-    let results: Vec<SaturationResult> = futures::future::join_all(searches)
+    use futures::StreamExt as _;
+    let results: Vec<SaturationResult> = futures::stream::iter(searches)
+        .buffered(parallel)
+        .collect::<Vec<_>>()
         .await
         .into_iter()
         .collect::<Result<_, _>>()?;
