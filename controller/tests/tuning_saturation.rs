@@ -1,0 +1,44 @@
+//! A saturation search end to end (the simulated engine on an agent process): the bracket
+//! and bisection land within one step of the knee the simulator's model implies, in fewer
+//! levels than the fixed list.
+
+mod regress_common;
+
+use fleetbench_controller::tuning;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saturation_lands_within_one_step_of_the_models_knee() {
+    let path = fleetbench_testkit::repo_root().join("examples/tune-saturation.toml");
+    // One backend keeps the test short; the example searches two.
+    let text = std::fs::read_to_string(path).unwrap().replace(
+        "[\"triton\", \"flashinfer_cutlass\"]",
+        "[\"flashinfer_cutlass\"]",
+    );
+    let (spec, search) = tuning::parse("sat.toml", &text).unwrap();
+    let cands = tuning::space::candidates(&spec, &search);
+    assert_eq!(cands.len(), 1);
+    let params = regress_common::model_params(&spec, &cands[0]).unwrap();
+    let slo = fleetbench_sim::model::Slo {
+        e2e_p99_ms: spec.load.slo.e2e_ms,
+        ..Default::default()
+    };
+    let knee = fleetbench_sim::model::knee(&params, 128, 64, slo);
+
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = regress_common::Fleet::start(dir.path(), 1).await;
+    let client = fleet.client().await;
+    let o = tuning::saturation::run_saturation(&client, "sat.toml", &text)
+        .await
+        .unwrap();
+    fleet.stop().await;
+    let report = tuning::render::saturation(&o);
+    let r = &o.results[0];
+    assert!(
+        knee.abs_diff(r.saturation) <= o.bounds.resolution,
+        "model knee {knee}\n{report}"
+    );
+    let miss = r.first_miss.expect("a level that misses the SLO");
+    assert!(miss - r.saturation <= o.bounds.resolution, "{report}");
+    assert!(r.probes.len() < o.fixed_list_levels, "{report}");
+    assert_eq!(o.best.as_deref(), Some(r.config.as_str()));
+}
