@@ -70,9 +70,12 @@ cargo build --workspace --bins --tests --locked
 log "running tests"
 status=0
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --workspace --locked --no-fail-fast "$@" || status=$?
+  # One test at a time: many tests measure latency against real processes on a 2-core machine,
+  # and a neighbour test's load would show up in their figures (nextest runs each test in its
+  # own process, so an in-binary lock cannot serialise them).
+  cargo nextest run --workspace --locked --no-fail-fast --test-threads 1 "$@" || status=$?
 else
-  cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+  cargo test --workspace --locked --no-fail-fast -- --test-threads 1 "$@" || status=$?
 fi
 # Lints run after the tests so that one CI run shows every failure; any of them fails the run.
 if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
