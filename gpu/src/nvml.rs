@@ -433,8 +433,8 @@ impl GpuSource for NvmlSource {
                     ends.to_dst += 1
                 }
                 Ok(IntDeviceType::Switch) => ends.to_switch += 1,
-                Ok(IntDeviceType::Gpu) | Err(_) => ends.to_other_gpu += 1,
-                Ok(_) => {}
+                // A GPU, or a far end NVML cannot name (seen inside the 2×H200 VM).
+                _ => ends.to_other_gpu += 1,
             }
         }
         let nvlink_ok = link.nvml_nvlink == "ok";

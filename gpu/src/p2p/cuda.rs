@@ -31,16 +31,87 @@ fn cuda_err(step: &str) -> impl Fn(DriverError) -> ProbeError + '_ {
     }
 }
 
-/// A page of pinned host memory the GPUs can read: the "go" flag for held streams.
+/// How long a held stream waits for the host before it goes anyway: the sample's spin kernel
+/// gives up after 10^7 clocks (about 5 ms at 1.98 GHz). Staged (peer-disabled) copies can block
+/// the host while it enqueues them, so without this the host and the held stream would wait
+/// for each other.
+const HOLD_TIMEOUT: Duration = Duration::from_millis(5);
+
+/// Pinned host memory the GPUs can read: the "go" value for held streams. A held stream waits
+/// until it reaches that hold's generation; values only ever grow, so a late release of an
+/// old hold never frees a newer one.
 struct HostFlag {
     host: *mut u32,
+    generation: u32,
+    /// Raises the value after [`HOLD_TIMEOUT`] unless the host did first; joined before the
+    /// memory is freed.
+    watchdog: Option<(WatchdogTx, std::thread::JoinHandle<()>)>,
+}
+
+/// A hold to release by its deadline, or `None` to stop.
+type WatchdogTx = std::sync::mpsc::Sender<Option<(u32, Instant)>>;
+
+fn raise(host: *mut u32, v: u32) {
+    // SAFETY: `host` points at live, 4-byte aligned pinned memory (see `HostFlag`), which is
+    // only ever accessed through atomics on the host.
+    let flag = unsafe { std::sync::atomic::AtomicU32::from_ptr(host) };
+    flag.fetch_max(v, std::sync::atomic::Ordering::SeqCst);
 }
 
 impl HostFlag {
-    fn set(&self, v: u32) {
-        // SAFETY: `host` points at a live 4-byte pinned allocation owned by this value.
-        unsafe { std::ptr::write_volatile(self.host, v) };
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    fn new(host: *mut u32) -> HostFlag {
+        let (tx, rx) = std::sync::mpsc::channel::<Option<(u32, Instant)>>();
+        let addr = host as usize;
+        let thread = std::thread::Builder::new()
+            .name("fleetbench-p2p-hold".into())
+            .spawn(move || {
+                use std::sync::mpsc::RecvTimeoutError;
+                let mut pending: Option<(u32, Instant)> = None;
+                loop {
+                    let msg = match pending {
+                        Some((_, at)) => {
+                            rx.recv_timeout(at.saturating_duration_since(Instant::now()))
+                        }
+                        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                    };
+                    match msg {
+                        Ok(Some(next)) => pending = Some(next),
+                        Err(RecvTimeoutError::Timeout) => {
+                            if let Some((g, _)) = pending.take() {
+                                raise(addr as *mut u32, g);
+                            }
+                        }
+                        Ok(None) | Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+            })
+            .ok();
+        HostFlag {
+            host,
+            generation: 0,
+            watchdog: thread.map(|t| (tx, t)),
+        }
+    }
+
+    /// A new generation for the next hold; the watchdog releases it after the timeout.
+    fn next_hold(&mut self) -> u32 {
+        self.generation += 1;
+        if let Some((tx, _)) = &self.watchdog {
+            let _ = tx.send(Some((self.generation, Instant::now() + HOLD_TIMEOUT)));
+        }
+        self.generation
+    }
+
+    fn release(&self) {
+        raise(self.host, self.generation);
+    }
+
+    /// Stops the watchdog; after this nothing but the caller touches the memory.
+    fn stop(&mut self) {
+        if let Some((tx, t)) = self.watchdog.take() {
+            let _ = tx.send(None);
+            let _ = t.join();
+        }
     }
 }
 
@@ -121,9 +192,9 @@ impl Cuda {
                 // SAFETY: a context is current; the 4 bytes are written before any read.
                 let host =
                     unsafe { result::malloc_host(4, flags) }.map_err(cuda_err("cuMemHostAlloc"))?;
-                let flag = HostFlag { host: host.cast() };
-                flag.set(1);
-                cuda.flag = Some(flag);
+                // SAFETY: a fresh 4-byte allocation; nothing else uses it yet.
+                unsafe { std::ptr::write_volatile(host.cast::<u32>(), 0) };
+                cuda.flag = Some(HostFlag::new(host.cast()));
             }
             let host = cuda.flag.as_ref().map_or(std::ptr::null_mut(), |f| f.host);
             // Each step's result is kept so a failure half-way still frees what was made.
@@ -227,17 +298,20 @@ impl Cuda {
 
     /// Holds `stream` of GPU `i` until [`Cuda::release`]. False if the driver refused.
     fn hold(&mut self, i: usize, stream: sys::CUstream) -> bool {
-        let Some(flag) = &self.flag else { return false };
         if !self.hold_works {
             return false;
         }
-        flag.set(0);
+        let dptr = self.gpus[i].flag;
+        let Some(flag) = &mut self.flag else {
+            return false;
+        };
+        let generation = flag.next_hold();
         let wait = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
         // SAFETY: the flag is pinned, device-mapped memory alive as long as `self`.
-        let rc = unsafe { sys::cuStreamWaitValue32_v2(stream, self.gpus[i].flag, 1, wait) };
+        let rc = unsafe { sys::cuStreamWaitValue32_v2(stream, dptr, generation, wait) };
         if rc != sys::CUresult::CUDA_SUCCESS {
             self.hold_works = false;
-            flag.set(1);
+            flag.release();
             return false;
         }
         true
@@ -245,7 +319,7 @@ impl Cuda {
 
     fn release(&self) {
         if let Some(flag) = &self.flag {
-            flag.set(1);
+            flag.release();
         }
     }
 
@@ -294,8 +368,7 @@ impl Cuda {
     }
 
     /// One timed run of `copies` copies `src` → `dst` on `src`'s stream; seconds.
-    /// `hold`: keep the stream waiting while enqueuing (never for staged copies, whose enqueue
-    /// may itself wait on the stream).
+    /// `hold`: keep the stream waiting while enqueuing (for at most [`HOLD_TIMEOUT`]).
     pub fn time_uni(
         &mut self,
         src: usize,
@@ -403,6 +476,9 @@ impl Drop for Cuda {
                     }
                 }
             }
+        }
+        if let Some(flag) = &mut self.flag {
+            flag.stop();
         }
         if let (Some(flag), Some(g)) = (&self.flag, self.gpus.first())
             && g.ctx.bind_to_thread().is_ok()

@@ -219,7 +219,7 @@ pub fn probe(gpus: &Gpus, opts: &ProbeOptions) -> Result<P2pReport, ProbeError> 
     let buffer = opts.buffer_bytes as usize;
     let mut cuda = Cuda::open(count, buffer)?;
     let mut notes = vec![format!(
-        "method: cuMemcpyPeerAsync timed by CUDA events, {BANDWIDTH_COPIES} copies of {} MiB per run, median of {} runs; latency: {LATENCY_COPIES} copies of {LATENCY_BYTES} B per run; same-device bandwidth counts bytes read and written",
+        "method: cuMemcpyPeerAsync timed by CUDA events, {BANDWIDTH_COPIES} copies of {} MiB per run, median of {} runs; latency: {LATENCY_COPIES} copies of {LATENCY_BYTES} B per run; each run's stream held while enqueuing (at most 5 ms, as p2pBandwidthLatencyTest's spin kernel); same-device bandwidth counts bytes read and written",
         opts.buffer_bytes as f64 / (1u64 << 20) as f64,
         opts.repeats
     )];
@@ -364,15 +364,15 @@ fn measure_pair(
     m.cuda_can_access_peer = cuda.can_access_peer(s, d)? && cuda.can_access_peer(d, s)?;
     cuda.set_peer(s, d, false)?;
     m.uni_disabled_gbps = median_of(cuda, repeats, &mut |c| {
-        c.time_uni(s, d, buffer, BANDWIDTH_COPIES, false)
+        c.time_uni(s, d, buffer, BANDWIDTH_COPIES, true)
             .map(|t| gb(copy_bytes, t))
     })?;
     m.bidi_disabled_gbps = median_of(cuda, repeats, &mut |c| {
-        c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, false)
+        c.time_bidi(s, d, buffer, BANDWIDTH_COPIES, true)
             .map(|t| gb(2.0 * copy_bytes, t))
     })?;
     m.latency_disabled_us = median_of(cuda, repeats, &mut |c| {
-        c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, false)
+        c.time_uni(s, d, LATENCY_BYTES, LATENCY_COPIES, true)
             .map(per_copy_us)
     })?;
     if !m.cuda_can_access_peer {
