@@ -502,3 +502,24 @@ fn probe_without_a_driver_says_so() {
     let msg = ProbeError::NoCudaDriver.to_string();
     assert!(msg.starts_with("no CUDA driver"), "{msg}");
 }
+
+#[test]
+fn a_recorded_2xh200_probe_reassembles_to_the_same_report() {
+    // `fleetbench probe-p2p --json` on nvidia-h200-x2 (docs/validation/h200.md, run 6).
+    let recorded: P2pReport =
+        serde_json::from_str(include_str!("fixtures/h200x2-probe-run6.json")).expect("parses");
+    let links: Vec<PairLink> = recorded.pairs.iter().map(|p| p.link.clone()).collect();
+    let measured: Vec<_> = recorded
+        .pairs
+        .iter()
+        .map(|p| (p.link.src, p.link.dst, p.measured.clone()))
+        .collect();
+    let again = assemble(&links, &measured);
+    assert_eq!(again, recorded.pairs);
+    for p in &again {
+        assert_eq!(p.link.nvlink_count, 18);
+        assert!(p.findings.is_empty(), "{:?}", p.findings);
+        assert!(p.measured.uni_enabled_gbps.is_some_and(|g| g > 390.0));
+    }
+    assert_eq!(recorded.devices.len(), 2);
+}
