@@ -57,7 +57,12 @@ fn main() -> ExitCode {
     let _telemetry =
         match fleetbench_support::telemetry::init(fleetbench_support::telemetry::TelemetryConfig {
             service_name: "fleetbench".into(),
-            log_filter: Some(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())),
+            // The run's own output already reports engine crashes, classified: the in-process
+            // agent's warning about them would only repeat it.
+            log_filter: Some(
+                std::env::var("RUST_LOG")
+                    .unwrap_or_else(|_| "warn,fleetbench_agent::supervisor=error".into()),
+            ),
             ..Default::default()
         }) {
             Ok(guard) => guard,

@@ -533,7 +533,7 @@ impl Task {
         let crash = self.classify_now(&e.plan, &e.run_id, info, note);
         let facts = e.facts.clone();
         e.span.in_scope(|| {
-            tracing::warn!(class = crash.class, exception_type = %crash.exception_type, summary = %crash.summary, "engine failed")
+            tracing::warn!(class = crash.class().as_str_name(), exception_type = %crash.exception_type, summary = %crash.summary, "engine failed")
         });
         // Published before the cleanup so a running benchmark learns of it at once.
         self.publish(|s| {
