@@ -30,7 +30,7 @@ async fn main() {
         metrics: Some(&fleet.controller.metrics),
     };
     let started = Instant::now();
-    let base = regress_common::detection_suite(1, 1.0, 5, false);
+    let base = regress_common::detection_suite(1, 1.0, 5, false, 0.05);
     let first = regress::run_suite(&mut client, history, "detect.toml", &base, "base")
         .await
         .expect("baseline run");
@@ -43,7 +43,7 @@ async fn main() {
     for i in 0..n {
         for (slowdown, label) in [(1.0, "no change"), (1.10, "10% slower")] {
             let seed = 100 + u64::from(i) * 2 + u64::from(slowdown > 1.0);
-            let text = regress_common::detection_suite(seed, slowdown, 5, true);
+            let text = regress_common::detection_suite(seed, slowdown, 5, true, 0.05);
             let o = regress::run_suite(&mut client, history, "detect.toml", &text, "")
                 .await
                 .expect("suite run");

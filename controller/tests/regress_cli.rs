@@ -29,12 +29,18 @@ fn regress_exits_by_verdict_and_writes_junit() {
     let d = dir.path();
     std::fs::write(
         d.join("base.toml"),
-        regress_common::detection_suite(1, 1.0, 2, false),
+        regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE),
     )
     .unwrap();
     std::fs::write(
         d.join("slow.toml"),
-        regress_common::detection_suite(2, 1.10, 2, true),
+        regress_common::detection_suite(
+            2,
+            regress_common::TEST_SLOWDOWN,
+            2,
+            true,
+            regress_common::TEST_TOLERANCE,
+        ),
     )
     .unwrap();
 
@@ -71,8 +77,8 @@ fn regress_exits_by_verdict_and_writes_junit() {
 
     std::fs::write(
         d.join("bad.toml"),
-        regress_common::detection_suite(1, 1.0, 2, false)
-            .replace("tolerance = 0.05", "tolerance = 5"),
+        regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE)
+            .replace("tolerance = 0.1", "tolerance = 5"),
     )
     .unwrap();
     let o = fleetbench(d, &["regress", "bad.toml"]);

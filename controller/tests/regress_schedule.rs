@@ -44,7 +44,11 @@ async fn the_controller_runs_a_scheduled_suite_and_keeps_its_history() {
     let dir = tempfile::tempdir().unwrap();
     let agent = regress_common::spawn_agent(dir.path(), "host-0");
     let suite = dir.path().join("suite.toml");
-    std::fs::write(&suite, regress_common::detection_suite(1, 1.0, 2, false)).unwrap();
+    std::fs::write(
+        &suite,
+        regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE),
+    )
+    .unwrap();
     let text = format!(
         "listen = \"127.0.0.1:0\"\nstore_url = \"sqlite://{}\"\nheartbeat_interval = \"500ms\"\n\
          [[hosts]]\nname = \"host-0\"\naddress = \"{}\"\n\

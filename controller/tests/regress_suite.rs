@@ -1,6 +1,6 @@
 //! Regression suites end to end: real agent processes running the simulated engine, an
 //! embedded controller, the suite runner. A small, seeded version of the detection benchmark
-//! (`benches/regress_detection.rs`): no change passes, a 10% slower build fails, the history
+//! (`benches/regress_detection.rs`): no change passes, a 30% slower build fails (10% tolerance), the history
 //! picks the last passing run, JUnit XML and metrics carry the verdicts.
 
 mod regress_common;
@@ -16,7 +16,9 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
         store: Some(&fleet.controller.store),
         metrics: Some(&fleet.controller.metrics),
     };
-    let suite = |seed, slowdown, tagged| regress_common::detection_suite(seed, slowdown, 3, tagged);
+    let suite = |seed, slowdown, tagged| {
+        regress_common::detection_suite(seed, slowdown, 3, tagged, regress_common::TEST_TOLERANCE)
+    };
 
     // First run: nothing to compare with; it passes and becomes the tagged baseline.
     let first = regress::run_suite(
@@ -51,12 +53,12 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     assert_eq!(same.baseline_job_id.as_deref(), Some(first.job.id.as_str()));
     assert!(same.passed, "{}", regress::verdict::render(&same.verdicts));
 
-    // A 10% slower build: both metrics regress, outside the noise.
+    // A 30% slower build: both metrics regress, outside the noise.
     let slow = regress::run_suite(
         &mut client,
         history,
         "detect.toml",
-        &suite(3, 1.10, true),
+        &suite(3, regress_common::TEST_SLOWDOWN, true),
         "",
     )
     .await
@@ -71,7 +73,10 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
             v.detail
         );
         let c = v.change.expect("a change with its interval");
-        assert!(c.relative.abs() > 0.05 && c.low * c.high > 0.0, "{c:?}");
+        assert!(
+            c.relative.abs() > regress_common::TEST_TOLERANCE && c.low * c.high > 0.0,
+            "{c:?}"
+        );
     }
     let xml = regress::junit::junit_xml("detect", &slow.verdicts).unwrap();
     assert!(xml.contains("failures=\"2\""), "{xml}");
@@ -120,7 +125,7 @@ async fn a_missing_tag_is_refused_before_anything_runs() {
         store: Some(&fleet.controller.store),
         metrics: None,
     };
-    let text = regress_common::detection_suite(1, 1.0, 1, true);
+    let text = regress_common::detection_suite(1, 1.0, 1, true, regress_common::TEST_TOLERANCE);
     let err = regress::run_suite(&mut client, history, "detect.toml", &text, "")
         .await
         .unwrap_err();
@@ -140,7 +145,7 @@ async fn without_the_store_a_tag_is_found_among_the_controllers_jobs() {
         store: None,
         metrics: None,
     };
-    let base = regress_common::detection_suite(1, 1.0, 2, false);
+    let base = regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE);
     // A remote controller's CLI cannot read the pass history: last-passing is refused.
     let err = regress::run_suite(&mut client, remote, "detect.toml", &base, "base")
         .await
@@ -153,7 +158,7 @@ async fn without_the_store_a_tag_is_found_among_the_controllers_jobs() {
     let first = regress::run_suite(&mut client, local, "detect.toml", &base, "base")
         .await
         .unwrap();
-    let tagged = regress_common::detection_suite(2, 1.0, 2, true);
+    let tagged = regress_common::detection_suite(2, 1.0, 2, true, regress_common::TEST_TOLERANCE);
     let second = regress::run_suite(&mut client, remote, "detect.toml", &tagged, "")
         .await
         .unwrap();
