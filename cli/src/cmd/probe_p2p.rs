@@ -9,8 +9,8 @@ use fleetbench_gpu::p2p::{self, ProbeError, ProbeOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Buffer per copy for the bandwidth runs, MiB.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    /// Buffer per copy for the bandwidth runs, MiB (default: p2pBandwidthLatencyTest's 160 MB).
+    #[arg(long, default_value_t = fleetbench_gpu::p2p::DEFAULT_BUFFER_BYTES >> 20, value_parser = clap::value_parser!(u64).range(1..=16384))]
     pub buffer_mib: u64,
     /// Timed runs per figure; the median is reported.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -396,7 +396,7 @@ fn table_and_json_carry_every_pair() {
         "{table}"
     );
     assert!(
-        table.contains("probe took 12.50 s (256 MiB buffers, 10 runs per figure)"),
+        table.contains("probe took 12.50 s (153 MiB buffers, 10 runs per figure)"),
         "{table}"
     );
     assert_eq!(table.matches("3900.0").count(), 8);

@@ -268,7 +268,7 @@ impl BenchArgs {
 
 #[derive(Debug, Args)]
 pub struct P2pArgs {
-    /// Buffer size per copy in MiB; 0: the agent's default (256 MiB).
+    /// Buffer size per copy in MiB; 0: the agent's default (153 MiB).
     #[arg(long, default_value_t = 0)]
     pub buffer_mib: u64,
     /// Repeats per measurement; 0: the agent's default.
