@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fleetbench_proto::controllerpb::{
     AgentInfo, CancelJobRequest, CompareRequest, CompareResponse, GetJobRequest, GetResultsRequest,
-    GetResultsResponse, GetRunRequest, Job, JobEvent, JobState, ListAgentsRequest,
+    GetResultsResponse, GetRunRequest, Job, JobEvent, JobKind, JobState, ListAgentsRequest,
     ListAgentsResponse, ListJobsRequest, ListJobsResponse, RegisterAgentRequest,
     RegisterAgentResponse, Run, SetAgentDrainingRequest, SubmitJobRequest, SubmitJobResponse,
     WatchJobRequest, controller_server, job_event,
@@ -104,7 +104,7 @@ impl controller_server::Controller for ControllerService {
         let r = request.into_inner();
         let resp = self
             .scheduler
-            .submit(&r.spec_toml, &r.file_name, r.dry_run, &r.tag)
+            .submit(&r.spec_toml, &r.file_name, r.dry_run, &r.tag, r.kind())
             .await?;
         Ok(Response::new(resp))
     }
@@ -117,9 +117,20 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<ListJobsRequest>,
     ) -> Result<Response<ListJobsResponse>, Status> {
+        let r = request.into_inner();
+        let kind = match JobKind::try_from(r.kind) {
+            Ok(JobKind::Unspecified) => None,
+            Ok(k) => Some(k),
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "kind: {} is not a job kind (sweep 1, tune 2, regress 3; 0 for every kind)",
+                    r.kind
+                )));
+            }
+        };
         let jobs = self
             .store()
-            .list_jobs(request.into_inner().limit)
+            .list_jobs_of_kind(r.limit, kind)
             .await
             .map_err(store_status)?;
         Ok(Response::new(ListJobsResponse { jobs }))

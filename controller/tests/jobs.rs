@@ -286,7 +286,10 @@ async fn an_invalid_spec_is_refused_with_every_problem_and_nothing_is_stored() {
         r.errors
     );
     let jobs = c
-        .list_jobs(ListJobsRequest { limit: 0 })
+        .list_jobs(ListJobsRequest {
+            limit: 0,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -299,7 +302,13 @@ async fn the_api_requires_the_configured_token() {
     let dir = tempfile::tempdir().unwrap();
     let ctl = controller(dir.path(), &[], |c| c.api_token = Some("s3cret".into())).await;
     let mut c = client(ctl.addr).await;
-    let err = c.list_jobs(ListJobsRequest { limit: 0 }).await.unwrap_err();
+    let err = c
+        .list_jobs(ListJobsRequest {
+            limit: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", ctl.addr))
         .unwrap()
@@ -314,7 +323,10 @@ async fn the_api_requires_the_configured_token() {
         });
     assert_eq!(
         wrong
-            .list_jobs(ListJobsRequest { limit: 0 })
+            .list_jobs(ListJobsRequest {
+                limit: 0,
+                ..Default::default()
+            })
             .await
             .unwrap_err()
             .code(),
@@ -325,7 +337,15 @@ async fn the_api_requires_the_configured_token() {
             .insert("authorization", "Bearer s3cret".parse().unwrap());
         Ok(r)
     });
-    assert!(right.list_jobs(ListJobsRequest { limit: 0 }).await.is_ok());
+    assert!(
+        right
+            .list_jobs(ListJobsRequest {
+                limit: 0,
+                ..Default::default()
+            })
+            .await
+            .is_ok()
+    );
     ctl.shutdown().await;
 }
 

@@ -56,7 +56,14 @@ async fn mtls_api_and_mtls_agent() {
     // Plain HTTP/2 gets nowhere.
     let plain = ControllerClient::connect(format!("http://{}", ctl.addr)).await;
     if let Ok(mut c) = plain {
-        assert!(c.list_jobs(ListJobsRequest { limit: 0 }).await.is_err());
+        assert!(
+            c.list_jobs(ListJobsRequest {
+                limit: 0,
+                ..Default::default()
+            })
+            .await
+            .is_err()
+        );
     }
     // TLS without a client certificate is refused in the handshake.
     let no_cert = tonic::transport::ClientTlsConfig::new()
@@ -72,7 +79,10 @@ async fn mtls_api_and_mtls_agent() {
             .connect()
             .await?;
         ControllerClient::new(ch)
-            .list_jobs(ListJobsRequest { limit: 0 })
+            .list_jobs(ListJobsRequest {
+                limit: 0,
+                ..Default::default()
+            })
             .await
             .map_err(|e| -> Box<dyn std::error::Error> { Box::new(e) })?;
         Ok::<_, Box<dyn std::error::Error>>(())

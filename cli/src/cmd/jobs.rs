@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use fleetbench_controller::scheduler::kind_name;
 use fleetbench_proto::controllerpb::{
-    Job, JobState, ListJobsRequest, controller_client::ControllerClient,
+    Job, JobKind, JobState, ListJobsRequest, controller_client::ControllerClient,
 };
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
@@ -122,18 +123,46 @@ pub struct Args {
     /// How many jobs to show.
     #[arg(long, default_value_t = 20)]
     pub limit: u32,
+    /// Only jobs of this kind: sweep (`fleetbench run`), tune (rounds of a tuning search) or
+    /// regress (regression suite runs).
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
+}
+
+/// A job kind on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KindArg {
+    Sweep,
+    Tune,
+    Regress,
+}
+
+impl From<KindArg> for JobKind {
+    fn from(k: KindArg) -> JobKind {
+        match k {
+            KindArg::Sweep => JobKind::Sweep,
+            KindArg::Tune => JobKind::Tune,
+            KindArg::Regress => JobKind::Regress,
+        }
+    }
+}
+
+/// A stored kind as a word; a job stored before kinds were set is a sweep.
+fn kind_word(kind: i32) -> &'static str {
+    JobKind::try_from(kind).map_or("?", kind_name)
 }
 
 fn print_jobs(jobs: &[Job]) {
     println!(
-        "{:<32}  {:<24}  {:<10}  {:>7}  {:>7}  {:>7}  CREATED",
-        "ID", "NAME", "STATE", "TRIALS", "LEVELS", "CRASHES"
+        "{:<32}  {:<24}  {:<7}  {:<10}  {:>7}  {:>7}  {:>7}  CREATED",
+        "ID", "NAME", "KIND", "STATE", "TRIALS", "LEVELS", "CRASHES"
     );
     for j in jobs {
         println!(
-            "{:<32}  {:<24}  {:<10}  {:>7}  {:>7}  {:>7}  {}",
+            "{:<32}  {:<24}  {:<7}  {:<10}  {:>7}  {:>7}  {:>7}  {}",
             j.id,
             j.name,
+            kind_word(j.kind),
             state_name(j.state),
             format!("{}/{}", j.trials_done, j.trials_total),
             format!("{}/{}", j.levels_done, j.levels_total),
@@ -147,11 +176,15 @@ fn print_jobs(jobs: &[Job]) {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let kind = args.kind.map(JobKind::from);
     let jobs = match &args.controller.controller {
         Some(url) => {
             let mut client = connect(url, &args.controller).await?;
             client
-                .list_jobs(ListJobsRequest { limit: args.limit })
+                .list_jobs(ListJobsRequest {
+                    limit: args.limit,
+                    kind: kind.unwrap_or(JobKind::Unspecified) as i32,
+                })
                 .await
                 .context("ListJobs")?
                 .into_inner()
@@ -170,7 +203,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let store =
                 fleetbench_controller::store::Store::open(&format!("sqlite://{}", db.display()))
                     .await?;
-            let jobs = store.list_jobs(args.limit).await?;
+            let jobs = store.list_jobs_of_kind(args.limit, kind).await?;
             store.close().await;
             jobs
         }

@@ -53,11 +53,14 @@ impl Source {
     async fn jobs(&mut self) -> anyhow::Result<Vec<Job>> {
         Ok(match self {
             Source::Remote(c) => {
-                c.list_jobs(ListJobsRequest { limit: 10_000 })
-                    .await
-                    .context("ListJobs")?
-                    .into_inner()
-                    .jobs
+                c.list_jobs(ListJobsRequest {
+                    limit: 10_000,
+                    ..Default::default()
+                })
+                .await
+                .context("ListJobs")?
+                .into_inner()
+                .jobs
             }
             Source::Local(s) => s.list_jobs(10_000).await?,
         })

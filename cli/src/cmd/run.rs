@@ -112,6 +112,7 @@ async fn submit_and_follow(
             file_name: file_name.to_string(),
             dry_run: args.dry_run,
             tag: String::new(),
+            kind: fleetbench_proto::controllerpb::JobKind::Sweep as i32,
         })
         .await
         .context("SubmitJob")?

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fleetbench_proto::controllerpb::controller_client::ControllerClient;
 use fleetbench_proto::controllerpb::{
-    AgentHealth, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobState,
+    AgentHealth, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobKind, JobState,
     ListAgentsRequest, ListJobsRequest, SubmitJobRequest,
 };
 
@@ -32,12 +32,13 @@ pub enum FleetError {
 
 /// A controller that runs jobs.
 pub trait Fleet: Send {
-    /// Submits a job spec; returns the job's id.
+    /// Submits a job spec as a job of `kind`; returns the job's id.
     fn submit(
         &mut self,
         spec_toml: &str,
         file_name: &str,
         tag: &str,
+        kind: JobKind,
     ) -> impl Future<Output = Result<String, FleetError>> + Send;
     /// Waits until the job has ended; returns it.
     fn wait(&mut self, job_id: &str) -> impl Future<Output = Result<Job, FleetError>> + Send;
@@ -78,6 +79,7 @@ where
         spec_toml: &str,
         file_name: &str,
         tag: &str,
+        kind: JobKind,
     ) -> Result<String, FleetError> {
         let resp = self
             .submit_job(SubmitJobRequest {
@@ -85,6 +87,7 @@ where
                 file_name: file_name.to_string(),
                 dry_run: false,
                 tag: tag.to_string(),
+                kind: kind as i32,
             })
             .await
             .map_err(rpc("SubmitJob"))?
@@ -143,7 +146,10 @@ where
 
     async fn jobs(&mut self) -> Result<Vec<Job>, FleetError> {
         Ok(self
-            .list_jobs(ListJobsRequest { limit: 1000 })
+            .list_jobs(ListJobsRequest {
+                limit: 1000,
+                ..Default::default()
+            })
             .await
             .map_err(rpc("ListJobs"))?
             .into_inner()

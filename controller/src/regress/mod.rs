@@ -13,7 +13,7 @@ pub mod schedule;
 pub mod stats;
 pub mod verdict;
 
-use fleetbench_proto::controllerpb::{Job, JobState};
+use fleetbench_proto::controllerpb::{Job, JobKind, JobState};
 use fleetbench_proto::now_unix_ms;
 
 use crate::metrics::Metrics;
@@ -91,7 +91,9 @@ pub async fn run_suite<F: Fleet>(
             message: e.to_string(),
         }])
     })?;
-    let job_id = fleet.submit(&toml, file_name, tag).await?;
+    let job_id = fleet
+        .submit(&toml, file_name, tag, JobKind::Regress)
+        .await?;
     tracing::info!(suite = %name, job = %job_id, baseline = ?baseline_job, "suite run submitted");
     let job = fleet.wait(&job_id).await?;
     if job.state != JobState::Succeeded as i32 {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use croner::Cron;
-use fleetbench_proto::controllerpb::{GetResultsResponse, Job};
+use fleetbench_proto::controllerpb::{GetResultsResponse, Job, JobKind};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -126,8 +126,9 @@ impl Fleet for Scheduler {
         spec_toml: &str,
         file_name: &str,
         tag: &str,
+        kind: JobKind,
     ) -> Result<String, FleetError> {
-        let resp = Scheduler::submit(self, spec_toml, file_name, false, tag)
+        let resp = Scheduler::submit(self, spec_toml, file_name, false, tag, kind)
             .await
             .map_err(local)?;
         if !resp.errors.is_empty() {

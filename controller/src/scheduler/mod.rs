@@ -91,13 +91,19 @@ impl Scheduler {
     }
 
     /// Validates a spec and, unless `dry_run` or invalid, stores and starts the job.
+    /// `kind` says what submitted it; [`JobKind::Unspecified`] (an older client) is a sweep.
     pub async fn submit(
         &self,
         spec_toml: &str,
         file_name: &str,
         dry_run: bool,
         tag: &str,
+        kind: JobKind,
     ) -> Result<SubmitJobResponse, SchedulerError> {
+        let kind = match kind {
+            JobKind::Unspecified => JobKind::Sweep,
+            k => k,
+        };
         let file_name = if file_name.is_empty() {
             "job.toml"
         } else {
@@ -133,14 +139,14 @@ impl Scheduler {
         let job = NewJob {
             id: id.clone(),
             name: parsed.name.clone(),
-            kind: JobKind::Sweep,
+            kind,
             spec_toml: spec_toml.to_string(),
             file_name: file_name.to_string(),
             tag: tag.to_string(),
             created_unix_ms: now_unix_ms(),
         };
         self.ctx.store.insert_job(&job, &configs, &trials).await?;
-        self.ctx.metrics.job_submitted("sweep");
+        self.ctx.metrics.job_submitted(kind_name(kind));
         tracing::info!(job = %id, name = %parsed.name, trials = trial_count, "job submitted");
         self.start(&id);
         Ok(SubmitJobResponse {
@@ -223,6 +229,15 @@ impl Scheduler {
             .get_job(job_id)
             .await?
             .ok_or_else(|| SchedulerError::NoSuchJob(job_id.to_string()))
+    }
+}
+
+/// A job kind as a word (`sweep`, `tune`, `regress`): metrics labels, CLI output, filters.
+pub fn kind_name(kind: JobKind) -> &'static str {
+    match kind {
+        JobKind::Unspecified | JobKind::Sweep => "sweep",
+        JobKind::Tune => "tune",
+        JobKind::Regress => "regress",
     }
 }
 

@@ -210,11 +210,24 @@ impl Store {
 
     /// The newest jobs first; `limit` 0 means 50.
     pub async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+        self.list_jobs_of_kind(limit, None).await
+    }
+
+    /// The newest jobs of one kind (every kind: `None`) first; `limit` 0 means 50.
+    pub async fn list_jobs_of_kind(
+        &self,
+        limit: u32,
+        kind: Option<controllerpb::JobKind>,
+    ) -> Result<Vec<Job>, StoreError> {
         let limit = if limit == 0 { 50 } else { limit };
+        // -1 matches no kind column value, and stands for "any kind".
+        let kind = kind.map_or(-1, |k| k as i32 as i64);
         let rows = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs ORDER BY created_unix_ms DESC, id DESC LIMIT $1"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE ($2 = -1 OR kind = $2) \
+             ORDER BY created_unix_ms DESC, id DESC LIMIT $1"
         ))
         .bind(limit as i64)
+        .bind(kind)
         .fetch_all(&self.pool)
         .await
         .map_err(q("list jobs"))?;

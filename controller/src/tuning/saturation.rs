@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use fleetbench_proto::controllerpb::JobKind;
+
 use super::score;
 use super::space::{self, Candidate, Round};
 use super::{TuneError, parse};
@@ -133,7 +135,7 @@ async fn one<F: Fleet>(
             requests: per_slot.map(|n| n.saturating_mul(c)),
         };
         let toml = space::round_toml(text, &round).map_err(|e| TuneError::Toml(e.to_string()))?;
-        let job_id = fleet.submit(&toml, file_name, "").await?;
+        let job_id = fleet.submit(&toml, file_name, "", JobKind::Tune).await?;
         fleet.wait(&job_id).await?;
         let res = fleet.results(std::slice::from_ref(&job_id)).await?;
         let m = score::measure(&res, Objective::OutputTokensPerS, &spec.load.slo, 1);

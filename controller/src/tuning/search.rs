@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use fleetbench_proto::controllerpb::JobKind;
+
 use super::score::{self, Measured, Point};
 use super::space::{self, Candidate, Round};
 use super::{TuneError, parse};
@@ -156,7 +158,7 @@ pub async fn run_search<F: Fleet>(
             requests: None,
         };
         let toml = space::round_toml(text, &round).map_err(|e| TuneError::Toml(e.to_string()))?;
-        let job_id = fleet.submit(&toml, file_name, "").await?;
+        let job_id = fleet.submit(&toml, file_name, "", JobKind::Tune).await?;
         progress(format!(
             "rung {}/{rungs}: job {job_id}: {} candidates, {:.0}% of the requests, {repeats} repeat(s)",
             rung + 1,
