@@ -71,6 +71,15 @@ impl Controller for FakeController {
     async fn get_run(&self, _: Request<pb::GetRunRequest>) -> Unary<pb::Run> {
         Err(Status::unimplemented("fake"))
     }
+    async fn record_suite_run(&self, _: Request<pb::RecordSuiteRunRequest>) -> Unary<pb::SuiteRun> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn list_suite_runs(
+        &self,
+        _: Request<pb::ListSuiteRunsRequest>,
+    ) -> Unary<pb::ListSuiteRunsResponse> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

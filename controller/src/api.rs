@@ -9,9 +9,10 @@ use std::time::Duration;
 use fleetbench_proto::controllerpb::{
     AgentInfo, CancelJobRequest, CompareRequest, CompareResponse, GetJobRequest, GetResultsRequest,
     GetResultsResponse, GetRunRequest, Job, JobEvent, JobKind, JobState, ListAgentsRequest,
-    ListAgentsResponse, ListJobsRequest, ListJobsResponse, RegisterAgentRequest,
-    RegisterAgentResponse, Run, SetAgentDrainingRequest, SubmitJobRequest, SubmitJobResponse,
-    WatchJobRequest, controller_server, job_event,
+    ListAgentsResponse, ListJobsRequest, ListJobsResponse, ListSuiteRunsRequest,
+    ListSuiteRunsResponse, RecordSuiteRunRequest, RegisterAgentRequest, RegisterAgentResponse, Run,
+    SetAgentDrainingRequest, SubmitJobRequest, SubmitJobResponse, SuiteRun, WatchJobRequest,
+    controller_server, job_event,
 };
 use fleetbench_proto::now_unix_ms;
 use futures::Stream;
@@ -294,6 +295,64 @@ impl controller_server::Controller for ControllerService {
     ) -> Result<Response<CompareResponse>, Status> {
         let results = self.results(&request.into_inner().job_ids, false).await?;
         Ok(Response::new(crate::compare::compare(&results)))
+    }
+
+    async fn record_suite_run(
+        &self,
+        request: Request<RecordSuiteRunRequest>,
+    ) -> Result<Response<SuiteRun>, Status> {
+        let mut run = request
+            .into_inner()
+            .run
+            .ok_or_else(|| Status::invalid_argument("run: missing"))?;
+        if run.suite.trim().is_empty() {
+            return Err(Status::invalid_argument("run.suite: must not be empty"));
+        }
+        let job = self
+            .store()
+            .get_job(&run.job_id)
+            .await
+            .map_err(store_status)?;
+        let job = job.ok_or_else(|| {
+            Status::not_found(format!(
+                "run.job_id: no job {:?} on this controller",
+                run.job_id
+            ))
+        })?;
+        if job.name != run.suite {
+            return Err(Status::invalid_argument(format!(
+                "run.suite: job {} ran {:?}, not suite {:?}",
+                job.id, job.name, run.suite
+            )));
+        }
+        // The controller's clock orders the history, whichever client recorded a run.
+        run.created_unix_ms = now_unix_ms();
+        self.store()
+            .put_suite_run(&(&run).into())
+            .await
+            .map_err(store_status)?;
+        crate::regress::history::export_checks(self.scheduler.metrics(), &run);
+        run.checks.clear();
+        Ok(Response::new(run))
+    }
+
+    async fn list_suite_runs(
+        &self,
+        request: Request<ListSuiteRunsRequest>,
+    ) -> Result<Response<ListSuiteRunsResponse>, Status> {
+        let r = request.into_inner();
+        let mut runs: Vec<SuiteRun> = self
+            .store()
+            .suite_runs(&r.suite)
+            .await
+            .map_err(store_status)?
+            .iter()
+            .map(SuiteRun::from)
+            .collect();
+        if r.limit > 0 {
+            runs.truncate(r.limit as usize);
+        }
+        Ok(Response::new(ListSuiteRunsResponse { runs }))
     }
 
     async fn get_run(&self, request: Request<GetRunRequest>) -> Result<Response<Run>, Status> {

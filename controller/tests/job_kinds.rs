@@ -92,9 +92,7 @@ async fn jobs_carry_their_kind_and_are_listed_by_it() {
         (&regress, JobKind::Regress),
     ] {
         let job = c
-            .get_job(GetJobRequest {
-                job_id: id.clone(),
-            })
+            .get_job(GetJobRequest { job_id: id.clone() })
             .await
             .unwrap()
             .into_inner();

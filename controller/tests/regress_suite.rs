@@ -5,7 +5,9 @@
 
 mod regress_common;
 
-use fleetbench_controller::regress::{self, History, RegressError, Status};
+use fleetbench_controller::regress::{self, Fleet as _, History, RegressError, Status};
+use fleetbench_controller::spec::suite::job_toml;
+use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passing_run() {
@@ -137,39 +139,47 @@ async fn a_missing_tag_is_refused_before_anything_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_store_a_tag_is_found_among_the_controllers_jobs() {
+async fn a_tag_missing_from_the_history_is_found_among_the_controllers_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = regress_common::Fleet::start(dir.path(), 1).await;
     let mut client = fleet.client().await;
+    // A run tagged by a client that kept no history (an older fleetbench against a remote
+    // controller) is only a job of the suite with the tag.
+    let base = regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE);
+    let submitted = client
+        .submit_job(SubmitJobRequest {
+            spec_toml: job_toml(&base).unwrap(),
+            file_name: "detect.toml".into(),
+            tag: "base".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(submitted.errors.is_empty(), "{:?}", submitted.errors);
+    let job = client.wait(&submitted.job_id).await.unwrap();
+    assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     let remote = History {
         store: None,
         metrics: None,
     };
-    let base = regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE);
-    // A remote controller's CLI cannot read the pass history: last-passing is refused.
-    let err = regress::run_suite(&mut client, remote, "detect.toml", &base, "base")
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("tag:NAME"), "{err}");
-    let local = History {
-        store: Some(&fleet.controller.store),
-        metrics: None,
-    };
-    let first = regress::run_suite(&mut client, local, "detect.toml", &base, "base")
-        .await
-        .unwrap();
     let tagged = regress_common::detection_suite(2, 1.0, 2, true, regress_common::TEST_TOLERANCE);
     let second = regress::run_suite(&mut client, remote, "detect.toml", &tagged, "")
         .await
         .unwrap();
     assert_eq!(
         second.baseline_job_id.as_deref(),
-        Some(first.job.id.as_str())
+        Some(submitted.job_id.as_str())
     );
     assert!(
         second.passed,
         "{}",
         regress::verdict::render(&second.verdicts)
     );
+    // The remote run itself is now in the controller's history.
+    let runs = fleet.controller.store.suite_runs("detect").await.unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r.job_id.as_str()).collect();
+    assert_eq!(ids, [second.job.id.as_str()]);
+    assert_eq!(runs[0].baseline_job_id, submitted.job_id);
     fleet.stop().await;
 }

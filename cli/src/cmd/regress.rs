@@ -2,7 +2,8 @@
 //! level with the baseline, print the verdicts, write JUnit XML, exit 1 on a regression.
 //!
 //! Like `run`, with no controller address it starts an embedded controller with local agents
-//! (`--agents N`), whose store keeps the suite's history (baselines, last passing run).
+//! (`--agents N`), whose store keeps the suite's history (baselines, last passing run). With
+//! `--controller URL` the history is kept on that controller, through its suite history API.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

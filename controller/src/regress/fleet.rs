@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use fleetbench_proto::controllerpb::controller_client::ControllerClient;
 use fleetbench_proto::controllerpb::{
-    AgentHealth, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobKind, JobState,
-    ListAgentsRequest, ListJobsRequest, SubmitJobRequest,
+    self, AgentHealth, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobKind,
+    JobState, ListAgentsRequest, ListJobsRequest, ListSuiteRunsRequest, RecordSuiteRunRequest,
+    SubmitJobRequest,
 };
 
 use crate::spec::SpecError;
+use crate::store::SuiteRun;
 
 /// Errors talking to the controller.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,16 @@ pub trait Fleet: Send {
     ) -> impl Future<Output = Result<GetResultsResponse, FleetError>> + Send;
     /// Recent jobs, newest first.
     fn jobs(&mut self) -> impl Future<Output = Result<Vec<Job>, FleetError>> + Send;
+    /// Keeps a suite run in the controller's suite history.
+    fn record_suite_run(
+        &mut self,
+        run: controllerpb::SuiteRun,
+    ) -> impl Future<Output = Result<(), FleetError>> + Send;
+    /// A suite's runs in the controller's suite history, newest first.
+    fn suite_runs(
+        &mut self,
+        suite: &str,
+    ) -> impl Future<Output = Result<Vec<SuiteRun>, FleetError>> + Send;
     /// Hosts that can take work now (known and reachable); None when unknown.
     fn hosts(&mut self) -> impl Future<Output = Option<usize>> + Send {
         async { None }
@@ -142,6 +154,26 @@ where
                 })
                 .count(),
         )
+    }
+
+    async fn record_suite_run(&mut self, run: controllerpb::SuiteRun) -> Result<(), FleetError> {
+        self.record_suite_run(RecordSuiteRunRequest { run: Some(run) })
+            .await
+            .map_err(rpc("RecordSuiteRun"))?;
+        Ok(())
+    }
+
+    async fn suite_runs(&mut self, suite: &str) -> Result<Vec<SuiteRun>, FleetError> {
+        let runs = self
+            .list_suite_runs(ListSuiteRunsRequest {
+                suite: suite.to_string(),
+                limit: 0,
+            })
+            .await
+            .map_err(rpc("ListSuiteRuns"))?
+            .into_inner()
+            .runs;
+        Ok(runs.iter().map(SuiteRun::from).collect())
     }
 
     async fn jobs(&mut self) -> Result<Vec<Job>, FleetError> {

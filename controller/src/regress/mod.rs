@@ -6,8 +6,11 @@
 //! - [`verdict`]: per config, workload, level and metric; rendering and metrics export.
 //! - [`junit`]: JUnit XML for CI.
 //! - [`fleet`]: the controller interface suites and tuning searches run their jobs through.
+//! - [`history`]: the suite history (in this process's store, or on the controller) and
+//!   baselines found in it.
 
 pub mod fleet;
+pub mod history;
 pub mod junit;
 pub mod schedule;
 pub mod stats;
@@ -17,7 +20,7 @@ use fleetbench_proto::controllerpb::{Job, JobKind, JobState};
 use fleetbench_proto::now_unix_ms;
 
 use crate::metrics::Metrics;
-use crate::spec::suite::{Baseline, SuiteSpec, job_toml, parse_suite};
+use crate::spec::suite::{SuiteSpec, job_toml, parse_suite};
 use crate::spec::{JobSpec, SpecError};
 use crate::store::{Store, StoreError, SuiteRun};
 pub use fleet::{Fleet, FleetError};
@@ -59,7 +62,7 @@ pub struct SuiteOutcome {
 }
 
 /// Where a suite's history lives: the controller's store when this process has it (embedded
-/// controller, scheduled runs), else none (a remote controller: baselines by tag only).
+/// controller, scheduled runs), else (None) the controller's suite history API.
 #[derive(Debug, Clone, Copy)]
 pub struct History<'a> {
     pub store: Option<&'a Store>,
@@ -82,7 +85,7 @@ pub async fn run_suite<F: Fleet>(
 ) -> Result<SuiteOutcome, RegressError> {
     let (job_spec, suite) = load(file_name, text)?;
     let name = job_spec.name.clone();
-    let baseline_job = find_baseline(fleet, history.store, &name, &suite.baseline).await?;
+    let baseline_job = history::find_baseline(fleet, history.store, &name, &suite.baseline).await?;
     let toml = job_toml(text).map_err(|e| {
         RegressError::Spec(vec![SpecError {
             file: file_name.to_string(),
@@ -122,23 +125,20 @@ pub async fn run_suite<F: Fleet>(
     if let Some(m) = history.metrics {
         verdict::export(m, &name, &verdicts);
     }
-    if let Some(store) = history.store {
-        store
-            .put_suite_run(&SuiteRun {
-                job_id: job_id.clone(),
-                suite: name.clone(),
-                tag: tag.to_string(),
-                passed,
-                regressions: verdicts
-                    .iter()
-                    .filter(|v| v.status == Status::Regressed)
-                    .count() as u32,
-                baseline_job_id: baseline_job.clone().unwrap_or_default(),
-                created_unix_ms: now_unix_ms(),
-                verdicts: verdict::render(&verdicts),
-            })
-            .await?;
-    }
+    let record = SuiteRun {
+        job_id: job_id.clone(),
+        suite: name.clone(),
+        tag: tag.to_string(),
+        passed,
+        regressions: verdicts
+            .iter()
+            .filter(|v| v.status == Status::Regressed)
+            .count() as u32,
+        baseline_job_id: baseline_job.clone().unwrap_or_default(),
+        created_unix_ms: now_unix_ms(),
+        verdicts: verdict::render(&verdicts),
+    };
+    history::record(fleet, history.store, &record, &verdicts).await?;
     Ok(SuiteOutcome {
         suite: name,
         job,
@@ -146,50 +146,4 @@ pub async fn run_suite<F: Fleet>(
         verdicts,
         passed,
     })
-}
-
-/// The job a suite run is compared with. A tag must exist; "last passing" is None on the
-/// first run.
-async fn find_baseline<F: Fleet>(
-    fleet: &mut F,
-    store: Option<&Store>,
-    suite: &str,
-    baseline: &Baseline,
-) -> Result<Option<String>, RegressError> {
-    match (baseline, store) {
-        (Baseline::Tag(tag), Some(store)) => {
-            let runs = store.suite_runs(suite).await?;
-            runs.iter()
-                .find(|r| &r.tag == tag)
-                .map(|r| Some(r.job_id.clone()))
-                .ok_or_else(|| {
-                    RegressError::NoBaseline(format!(
-                        "tag:{tag}: no run of suite {suite:?} has this tag (mark one with `fleetbench regress --tag {tag}`)"
-                    ))
-                })
-        }
-        (Baseline::Tag(tag), None) => {
-            let jobs = fleet.jobs().await?;
-            jobs.iter()
-                .find(|j| &j.tag == tag && j.name == suite && j.state == JobState::Succeeded as i32)
-                .map(|j| Some(j.id.clone()))
-                .ok_or_else(|| {
-                    RegressError::NoBaseline(format!(
-                        "tag:{tag}: no finished job of suite {suite:?} has this tag"
-                    ))
-                })
-        }
-        (Baseline::LastPassing, Some(store)) => Ok(store
-            .suite_runs(suite)
-            .await?
-            .into_iter()
-            .find(|r| r.passed)
-            .map(|r| r.job_id)),
-        (Baseline::LastPassing, None) => Err(RegressError::NoBaseline(
-            "last-passing: the pass history is kept by the controller's store, which this \
-             process cannot read (a remote controller); name a baseline with \
-             baseline = \"tag:NAME\""
-                .into(),
-        )),
-    }
 }

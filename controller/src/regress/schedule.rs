@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use croner::Cron;
-use fleetbench_proto::controllerpb::{GetResultsResponse, Job, JobKind};
+use fleetbench_proto::controllerpb::{GetResultsResponse, Job, JobKind, SuiteRun as SuiteRunPb};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +16,7 @@ use super::{Fleet, FleetError, History, run_suite};
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
 use crate::spec::SpecError;
+use crate::store::SuiteRun;
 
 /// A suite the controller runs on a schedule.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -170,5 +171,18 @@ impl Fleet for Scheduler {
 
     async fn jobs(&mut self) -> Result<Vec<Job>, FleetError> {
         self.store().list_jobs(1000).await.map_err(local)
+    }
+
+    async fn record_suite_run(&mut self, run: SuiteRunPb) -> Result<(), FleetError> {
+        self.store()
+            .put_suite_run(&(&run).into())
+            .await
+            .map_err(local)?;
+        super::history::export_checks(self.metrics(), &run);
+        Ok(())
+    }
+
+    async fn suite_runs(&mut self, suite: &str) -> Result<Vec<SuiteRun>, FleetError> {
+        self.store().suite_runs(suite).await.map_err(local)
     }
 }

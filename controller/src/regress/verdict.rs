@@ -181,31 +181,12 @@ pub fn passed(verdicts: &[Verdict]) -> bool {
 
 /// Exports the verdicts as the regression dashboard's metrics.
 pub fn export(metrics: &Metrics, suite_name: &str, verdicts: &[Verdict]) {
-    for v in verdicts {
-        let level = format!("{}/{}/{}", v.config, v.workload, v.level);
-        metrics.regression_verdict(
-            suite_name,
-            v.metric.name(),
-            &level,
-            v.status == Status::Regressed,
-        );
-        let mean = |xs: &[f64]| {
-            if xs.is_empty() {
-                f64::NAN
-            } else {
-                xs.iter().sum::<f64>() / xs.len() as f64
-            }
-        };
-        if !v.baseline.is_empty() && !v.current.is_empty() {
-            metrics.regression_values(
-                suite_name,
-                v.metric.name(),
-                &level,
-                mean(&v.current),
-                mean(&v.baseline),
-            );
-        }
-    }
+    let run = fleetbench_proto::controllerpb::SuiteRun {
+        suite: suite_name.to_string(),
+        checks: super::history::checks(verdicts),
+        ..Default::default()
+    };
+    super::history::export_checks(metrics, &run);
 }
 
 /// The verdicts as a plain-text table, one line per check.

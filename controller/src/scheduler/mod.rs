@@ -90,6 +90,11 @@ impl Scheduler {
         &self.ctx.hub
     }
 
+    /// The controller's metrics (suite verdicts recorded through the API are exported here).
+    pub fn metrics(&self) -> &Metrics {
+        &self.ctx.metrics
+    }
+
     /// Validates a spec and, unless `dry_run` or invalid, stores and starts the job.
     /// `kind` says what submitted it; [`JobKind::Unspecified`] (an older client) is a sweep.
     pub async fn submit(

@@ -1,6 +1,7 @@
 //! The history of regression suite runs: which job ran a suite, whether it passed, against
 //! which baseline, and its tag (a baseline later runs can name).
 
+use fleetbench_proto::controllerpb;
 use sqlx::Row;
 
 use super::{Store, StoreError, q};
@@ -19,6 +20,37 @@ pub struct SuiteRun {
     pub created_unix_ms: i64,
     /// The verdicts as printed.
     pub verdicts: String,
+}
+
+impl From<&SuiteRun> for controllerpb::SuiteRun {
+    fn from(r: &SuiteRun) -> Self {
+        controllerpb::SuiteRun {
+            job_id: r.job_id.clone(),
+            suite: r.suite.clone(),
+            tag: r.tag.clone(),
+            passed: r.passed,
+            regressions: r.regressions,
+            baseline_job_id: r.baseline_job_id.clone(),
+            created_unix_ms: r.created_unix_ms,
+            verdicts: r.verdicts.clone(),
+            checks: Vec::new(),
+        }
+    }
+}
+
+impl From<&controllerpb::SuiteRun> for SuiteRun {
+    fn from(r: &controllerpb::SuiteRun) -> Self {
+        SuiteRun {
+            job_id: r.job_id.clone(),
+            suite: r.suite.clone(),
+            tag: r.tag.clone(),
+            passed: r.passed,
+            regressions: r.regressions,
+            baseline_job_id: r.baseline_job_id.clone(),
+            created_unix_ms: r.created_unix_ms,
+            verdicts: r.verdicts.clone(),
+        }
+    }
 }
 
 impl Store {
