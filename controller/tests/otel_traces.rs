@@ -10,7 +10,6 @@ mod dashboards_common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -155,53 +154,12 @@ fn flatten(reqs: &[ExportTraceServiceRequest]) -> Vec<Span> {
 
 /// A loopback agent with the simulated engine, exporting its spans to `otlp`.
 fn spawn_agent(dir: &Path, name: &str, otlp: &str) -> common::Proc {
-    let data = dir.join(name);
-    std::fs::create_dir_all(&data).unwrap();
-    let cfg = data.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n\
-             [profiles.sim]\nkind = \"sim\"\nport = {}\n",
-            data.display(),
-            fleetbench_testkit::free_port()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(data.join("agent.log")).unwrap();
-    let mut child = Command::new(fleetbench_testkit::workspace_bin("fleetbench-agent"))
-        .args(["--config", cfg.to_str().unwrap()])
+    fleetbench_testkit::process::sim_agent(dir, name)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
         .env("OTEL_SERVICE_NAME", "fleetbench-agent")
         .env("OTEL_BSP_SCHEDULE_DELAY", "200")
         .env_remove("OTEL_SDK_DISABLED")
-        .stdout(Stdio::piped())
-        .stderr(log)
         .spawn()
-        .expect("spawn fleetbench-agent");
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            if let Some(a) = line.split(" listening on ").nth(1) {
-                let _ = tx.send(a.trim().to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| {
-            panic!(
-                "agent did not start: {}",
-                std::fs::read_to_string(data.join("agent.log")).unwrap_or_default()
-            )
-        });
-    common::Proc {
-        child,
-        addr: addr.parse().unwrap(),
-        name: name.to_string(),
-    }
 }
 
 pub const SPEC: &str = r#"name = "otel-quickstart"

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod process;
+
 /// The directory that holds the workspace binaries of the profile the tests were built with.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

@@ -1,124 +1,34 @@
 //! Real processes for the controller's end-to-end tests: agents, the controller, a client.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use fleetbench_testkit::process;
 
 use fleetbench_proto::controllerpb::{
     GetJobRequest, Job, JobState, controller_client::ControllerClient,
 };
 use tonic::transport::Channel;
 
-/// A child process killed (SIGKILL) when dropped.
-pub struct Proc {
-    pub child: Child,
-    pub addr: SocketAddr,
-    pub name: String,
-}
-
-impl Proc {
-    /// SIGKILL, as a crash or a power cut would.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM and wait (a clean stop: the agent stops its engine).
-    pub fn terminate(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        self.kill();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.terminate();
-        }
-    }
-}
-
-/// Starts a binary and waits for its "… listening on ADDR" line; the rest of its stdout and
-/// its stderr go to `log`.
-fn spawn_listening(bin: &str, args: &[&str], log: &Path, name: &str) -> Proc {
-    let err = std::fs::File::create(log).expect("log file");
-    let mut child = Command::new(fleetbench_testkit::workspace_bin(bin))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(err)
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let mut sent = false;
-        while let Some(Ok(line)) = lines.next() {
-            if !sent && let Some(a) = line.split(" listening on ").nth(1) {
-                let _ = tx.send(a.trim().to_string());
-                sent = true;
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| {
-            panic!(
-                "{bin} did not report its address; log:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            )
-        });
-    Proc {
-        child,
-        addr: addr.parse().expect("socket address"),
-        name: name.to_string(),
-    }
-}
+/// A server process, stopped (SIGTERM, then SIGKILL) when dropped.
+pub type Proc = fleetbench_testkit::process::Listening;
 
 /// A loopback agent whose sim engine listens on `sim_port`.
 pub fn spawn_agent(dir: &Path, name: &str, sim_port: u16) -> Proc {
-    spawn_agent_with(dir, name, sim_port, "insecure = true\n")
+    spawn_agent_with(dir, name, sim_port, "insecure = true")
 }
 
 /// As [`spawn_agent`], with `security` (`insecure = true`, or a `tls = {…}` line) in its config.
 pub fn spawn_agent_with(dir: &Path, name: &str, sim_port: u16, security: &str) -> Proc {
-    let data = dir.join(name);
-    spawn_agent_toml(
-        dir,
-        name,
-        &format!(
-            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\n{security}data_dir = \"{}\"\n\
-             [profiles.sim]\nkind = \"sim\"\nport = {sim_port}\n",
-            data.display()
-        ),
-    )
+    let config = process::sim_agent_config(name, &dir.join(name), sim_port, security);
+    spawn_agent_toml(dir, name, &config)
 }
 
 /// An agent with this whole config file (its data directory is `dir/name`).
 pub fn spawn_agent_toml(dir: &Path, name: &str, toml: &str) -> Proc {
-    let data = dir.join(name);
-    std::fs::create_dir_all(&data).unwrap();
-    let cfg = data.join("agent.toml");
-    std::fs::write(&cfg, toml).unwrap();
-    spawn_listening(
-        "fleetbench-agent",
-        &["--config", cfg.to_str().unwrap()],
-        &data.join("agent.log"),
-        name,
-    )
+    process::agent(dir, name, toml).spawn()
 }
 
 /// Writes a controller config with these agents and a SQLite store in `dir`.
@@ -140,12 +50,10 @@ pub fn controller_config(dir: &Path, listen: &str, agents: &[&Proc]) -> PathBuf 
 }
 
 pub fn spawn_controller(config: &Path, log: &Path) -> Proc {
-    spawn_listening(
-        "fleetbench-controller",
-        &["--config", config.to_str().unwrap()],
-        log,
-        "controller",
-    )
+    process::Launch::new("fleetbench-controller", log)
+        .name("controller")
+        .args([Path::new("--config"), config])
+        .spawn()
 }
 
 pub async fn client(addr: SocketAddr) -> ControllerClient<Channel> {
