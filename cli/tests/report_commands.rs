@@ -153,6 +153,7 @@ async fn write_results(store: &Store) {
                     finished_unix_ms: t + index as i64 * 5000 + 4000,
                     ..Default::default()
                 }),
+                gpu_power_w: None,
             };
             assert!(store.put_level(&level).await.unwrap());
         }

@@ -143,6 +143,7 @@ fn results(telemetry: bool) -> GetResultsResponse {
                         finished_unix_ms: finished,
                         ..Default::default()
                     }),
+                    gpu_power_w: None,
                 });
                 if telemetry {
                     for s in 0..10 {

@@ -228,6 +228,18 @@ fn config_stats(
         crash_class: crashed
             .and_then(|r| r.crash.as_ref())
             .map_or(0, |c| c.class),
+        gpu_power_w: {
+            let watts: Vec<f64> = samples
+                .iter()
+                .filter(|l| {
+                    l.result
+                        .as_ref()
+                        .is_some_and(|r| r.outcome() == LevelOutcome::Ok)
+                })
+                .filter_map(|l| l.gpu_power_w)
+                .collect();
+            (!watts.is_empty()).then(|| mean(&watts))
+        },
     };
     (stats, eligible)
 }

@@ -69,6 +69,7 @@ fn level(t: &TrialRow, run_id: &str, index: u32, outcome: LevelOutcome, tps: f64
             output_tokens_per_s: tps,
             ..Default::default()
         }),
+        gpu_power_w: None,
     }
 }
 

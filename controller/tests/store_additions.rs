@@ -1,11 +1,18 @@
-//! Store additions for tuning and regression runs, on both backends: jobs listed by kind.
+//! Store additions for tuning and regression runs, on both backends: jobs listed by kind, and
+//! each level's GPU power kept with it and scored by the per-watt objective.
 //! SQLite is a temp file; PostgreSQL is `FLEETBENCH_TEST_POSTGRES_URL` (set by
 //! scripts/test.sh; required, never skipped), a fresh database per run.
 
 use std::future::Future;
 
-use fleetbench_controller::store::{NewJob, Store};
-use fleetbench_proto::controllerpb::JobKind;
+use fleetbench_controller::spec::Slo;
+use fleetbench_controller::spec::search::Objective;
+use fleetbench_controller::store::{NewJob, Store, TrialRow};
+use fleetbench_controller::tuning::score::{self, HostGpus};
+use fleetbench_proto::agentpb::{Distribution, LevelOutcome, LevelResult, LoadLevel};
+use fleetbench_proto::controllerpb::{
+    ConfigInfo, GetResultsResponse, JobKind, StoredLevel, TrialState,
+};
 
 fn job(id: &str, kind: JobKind, created: i64) -> NewJob {
     NewJob {
@@ -70,6 +77,141 @@ async fn kinds(store: Store) {
     store.close().await;
 }
 
+fn trial(job: &str, pos: u32, config: &str) -> TrialRow {
+    TrialRow {
+        id: format!("{job}-t{pos:03}"),
+        job_id: job.into(),
+        position: pos,
+        config_index: pos,
+        workload_index: 0,
+        repeat: 0,
+        config_id: format!("id-{config}"),
+        config_name: config.into(),
+        workload: "w".into(),
+        level_count: 2,
+        state: TrialState::Pending,
+        attempts: 0,
+        reason: String::new(),
+    }
+}
+
+fn level(t: &TrialRow, host: &str, index: u32, tok_s: f64, watts: Option<f64>) -> StoredLevel {
+    StoredLevel {
+        job_id: t.job_id.clone(),
+        run_id: format!("{}-a1", t.id),
+        trial_id: t.id.clone(),
+        host: host.into(),
+        config_id: t.config_id.clone(),
+        config_name: t.config_name.clone(),
+        workload: "w".into(),
+        repeat: 0,
+        attempt: 1,
+        result: Some(LevelResult {
+            level_index: index,
+            level: Some(LoadLevel {
+                concurrency: Some(8 << (index * 3)),
+                ..Default::default()
+            }),
+            outcome: LevelOutcome::Ok as i32,
+            completed: 100,
+            output_tokens_per_s: tok_s,
+            itl_ms: Some(Distribution {
+                count: 100,
+                percentiles: [("p99".to_string(), 20.0)].into_iter().collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        gpu_power_w: watts,
+    }
+}
+
+async fn power(store: Store) {
+    let trials = [trial("p", 0, "fast"), trial("p", 1, "frugal")];
+    let configs: Vec<ConfigInfo> = ["fast", "frugal"]
+        .iter()
+        .map(|n| ConfigInfo {
+            config_id: format!("id-{n}"),
+            name: n.to_string(),
+            job_id: "p".into(),
+            ..Default::default()
+        })
+        .collect();
+    store
+        .insert_job(&job("p", JobKind::Tune, 1), &configs, &trials)
+        .await
+        .unwrap();
+    // "fast": 2,000 tok/s at 800 W and 4,000 at 1,600 W; "frugal": 1,500 at 500 W and 2,000
+    // at 1,000 W. Per watt, frugal's first level (3 tok/s/W) is the best of all.
+    for l in [
+        level(&trials[0], "gpu-a", 0, 2000.0, Some(800.0)),
+        level(&trials[0], "gpu-a", 1, 4000.0, Some(1600.0)),
+        level(&trials[1], "gpu-b", 0, 1500.0, Some(500.0)),
+        level(&trials[1], "gpu-b", 1, 2000.0, Some(1000.0)),
+    ] {
+        assert!(store.put_level(&l).await.unwrap());
+    }
+    let levels = store.levels("p").await.unwrap();
+    let watts: Vec<Option<f64>> = levels.iter().map(|l| l.gpu_power_w).collect();
+    assert_eq!(
+        watts,
+        [Some(800.0), Some(1600.0), Some(500.0), Some(1000.0)]
+    );
+    let results = GetResultsResponse {
+        configs: store.configs("p").await.unwrap(),
+        levels,
+        ..Default::default()
+    };
+    let m = score::measure(
+        &results,
+        Objective::OutputTokensPerSPerWatt,
+        &Slo::default(),
+        &HostGpus::new(),
+    )
+    .unwrap();
+    assert_eq!(m["fast"].score, 2.5);
+    assert_eq!(m["frugal"].score, 3.0);
+    assert_eq!(m["frugal"].score_power_w, Some(500.0));
+
+    // A level stored without power (a host without GPUs) reads back without it, and the
+    // per-watt objective refuses it by host.
+    let t = trial("q", 0, "cpu");
+    store
+        .insert_job(&job("q", JobKind::Tune, 2), &[], std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .put_level(&level(&t, "cpu-host", 0, 900.0, None))
+            .await
+            .unwrap()
+    );
+    let levels = store.levels("q").await.unwrap();
+    assert_eq!(levels[0].gpu_power_w, None);
+    let results = GetResultsResponse {
+        configs: vec![ConfigInfo {
+            name: "cpu".into(),
+            ..Default::default()
+        }],
+        levels,
+        ..Default::default()
+    };
+    let err = score::measure(
+        &results,
+        Objective::OutputTokensPerSPerWatt,
+        &Slo::default(),
+        &HostGpus::new(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with(
+            "objective output_tokens_per_s_per_watt needs GPU power; host cpu-host reported none"
+        ),
+        "{err}"
+    );
+    store.close().await;
+}
+
 async fn on_sqlite<F: Future<Output = ()>>(check: impl FnOnce(Store) -> F) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("store.db").display());
@@ -107,4 +249,14 @@ async fn jobs_by_kind_sqlite() {
 #[tokio::test]
 async fn jobs_by_kind_postgres() {
     on_postgres("kinds", kinds).await;
+}
+
+#[tokio::test]
+async fn level_power_sqlite() {
+    on_sqlite(power).await;
+}
+
+#[tokio::test]
+async fn level_power_postgres() {
+    on_postgres("power", power).await;
 }

@@ -95,7 +95,7 @@ fn every_problem_is_located() {
     );
     let want = [
         "t.toml:16: search.strategy: expected \"grid\", \"random\" or \"successive-halving\", got \"bayes\"",
-        "t.toml:17: search.objective: expected one of: output_tokens_per_s, requests_per_s, output_tokens_per_s_per_gpu, saturation, got \"latency\"",
+        "t.toml:17: search.objective: expected one of: output_tokens_per_s, requests_per_s, output_tokens_per_s_per_gpu, output_tokens_per_s_per_watt, saturation, got \"latency\"",
         "t.toml:19: search.flags.\"--max-running-requests\".max: max (16) is below min (64)",
         "t.toml:20: search.flags.\"--cuda-graph-max-bs\": must not be empty",
         "t.toml:21: search.flags.moe: flag names start with \"-\" or \"--\" (\"--moe\"?)",
@@ -110,6 +110,35 @@ fn every_problem_is_located() {
         "t.toml:21: search.constraints[0].when.\"--max-running-requests\": 8 is not one of the values searched for --max-running-requests",
     ];
     assert_eq!(got, want);
+}
+
+#[test]
+fn the_per_watt_objective_is_named_like_the_others() {
+    let text = format!(
+        "{HEAD}[search]\nobjective = \"output_tokens_per_s_per_watt\"\n[search.flags]\n\"--max-running-requests\" = [16, 32]\n"
+    );
+    let (_, search) = parse_search("t.toml", &text).unwrap();
+    assert_eq!(search.objective, Objective::OutputTokensPerSPerWatt);
+    assert_eq!(search.objective.name(), "output_tokens_per_s_per_watt");
+    // A near miss is refused with the valid names.
+    let got = errors(
+        "[search]\nobjective = \"output_tokens_per_watt\"\n[search.flags]\n\"--max-running-requests\" = [16, 32]\n",
+    );
+    assert_eq!(
+        got,
+        [
+            "t.toml:16: search.objective: expected one of: output_tokens_per_s, requests_per_s, output_tokens_per_s_per_gpu, output_tokens_per_s_per_watt, saturation, got \"output_tokens_per_watt\""
+        ]
+    );
+}
+
+#[test]
+fn the_per_watt_example_parses_and_asks_for_gpu_hosts() {
+    let text = include_str!("../../examples/tune-watt.toml");
+    let (spec, search) = parse_search("tune-watt.toml", text).unwrap();
+    assert_eq!(search.objective, Objective::OutputTokensPerSPerWatt);
+    assert_eq!(spec.hosts.gpu_count, Some(1));
+    assert_eq!(space::candidates(&spec, &search).len(), 4);
 }
 
 #[test]

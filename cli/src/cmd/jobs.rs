@@ -118,6 +118,12 @@ pub fn ago(unix_ms: i64) -> String {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Show this job (id, id prefix or name) with every level result: host, config, load,
+    /// throughput, p99 latency and the GPU power measured during the level.
+    pub job: Option<String>,
+    /// With JOB: print everything stored for it as JSON (the shape of results.json).
+    #[arg(long, requires = "job")]
+    pub json: bool,
     #[command(flatten)]
     pub controller: ControllerArgs,
     /// How many jobs to show.
@@ -175,7 +181,66 @@ fn print_jobs(jobs: &[Job]) {
     }
 }
 
+/// One job with its level results, as a table (or JSON).
+async fn show_job(args: &Args, given: &str) -> anyhow::Result<ExitCode> {
+    let data_dir = std::path::Path::new(super::run::DEFAULT_DATA_DIR);
+    let mut source = super::report::Source::open(&args.controller, data_dir).await?;
+    let id = source.resolve_job(given).await?;
+    let ids = [id];
+    let results = source.results(&ids, false).await?;
+    let compare = source.compare(&ids, &results).await?;
+    source.close().await;
+    if args.json {
+        let doc = crate::report::results_json(&results, &compare);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_jobs(&results.jobs);
+    print!("{}", levels_table(&results.levels));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every stored level: where and what ran, what it measured, and its GPU power ("-": the host
+/// reported none).
+fn levels_table(levels: &[fleetbench_proto::controllerpb::StoredLevel]) -> String {
+    use crate::report::{fmt_num, table::compact_table};
+    let mut t = compact_table();
+    t.set_header(vec![
+        "host",
+        "config",
+        "workload",
+        "repeat",
+        "level",
+        "outcome",
+        "out tok/s",
+        "ITL p99",
+        "GPU W",
+    ]);
+    for l in levels {
+        let Some(r) = &l.result else { continue };
+        let p99 = r
+            .itl_ms
+            .as_ref()
+            .and_then(|d| d.percentiles.get("p99").copied());
+        t.add_row(vec![
+            l.host.clone(),
+            l.config_name.clone(),
+            l.workload.clone(),
+            l.repeat.to_string(),
+            fleetbench_controller::spec::level_label(&r.level.unwrap_or_default()),
+            crate::report::outcome_name(r.outcome),
+            fmt_num(r.output_tokens_per_s, 1),
+            p99.map_or("-".into(), |v| format!("{} ms", fmt_num(v, 2))),
+            l.gpu_power_w.map_or("-".into(), |w| fmt_num(w, 0)),
+        ]);
+    }
+    format!("\nlevels ({}):\n{t}\n", levels.len())
+}
+
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(job) = &args.job {
+        return show_job(&args, job).await;
+    }
     let kind = args.kind.map(JobKind::from);
     let jobs = match &args.controller.controller {
         Some(url) => {

@@ -116,12 +116,13 @@ fn level_result(r: &LevelResult) -> Value {
     })
 }
 
-fn stored_level(l: &StoredLevel) -> Value {
+pub(crate) fn stored_level(l: &StoredLevel) -> Value {
     json!({
         "job_id": l.job_id, "run_id": l.run_id, "trial_id": l.trial_id, "host": l.host,
         "config_id": l.config_id, "config_name": l.config_name, "workload": l.workload,
         "repeat": l.repeat, "attempt": l.attempt,
         "result": l.result.as_ref().map(level_result),
+        "gpu_power_w": l.gpu_power_w,
     })
 }
 
@@ -151,6 +152,7 @@ pub fn compare_json(c: &CompareResponse) -> Value {
                 "e2e_p50_ms": s.e2e_p50_ms, "e2e_p99_ms": s.e2e_p99_ms,
                 "errors": s.errors, "crashed": s.crashed,
                 "crash_class": s.crashed.then(|| crash_class_name(s.crash_class)),
+                "gpu_power_w": s.gpu_power_w,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "crossovers": c.crossovers.iter().map(|x| json!({

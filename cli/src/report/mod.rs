@@ -19,6 +19,7 @@ mod plots;
 pub mod table;
 
 pub use json_out::compare_json;
+pub(crate) use json_out::results_json;
 pub use table::print_compare;
 
 /// Writes `results.json`, `results.csv` and `report.html` into `dir` (created if missing) and

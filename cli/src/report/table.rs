@@ -93,7 +93,11 @@ pub(crate) fn compact_table() -> Table {
 
 fn workload_table(groups: &[&CompareGroup]) -> Table {
     let mut t = compact_table();
-    t.set_header(vec![
+    // GPU power only where a host reported it (hosts without GPUs keep the narrow table).
+    let power = groups
+        .iter()
+        .any(|g| g.configs.iter().any(|c| c.gpu_power_w.is_some()));
+    let mut header = vec![
         "level",
         "config",
         "out tok/s",
@@ -107,7 +111,11 @@ fn workload_table(groups: &[&CompareGroup]) -> Table {
         "E2E p99",
         "errors",
         "verdict",
-    ]);
+    ];
+    if power {
+        header.insert(12, "GPU W");
+    }
+    t.set_header(header);
     for g in groups {
         for (i, c) in g.configs.iter().enumerate() {
             let verdict = if c.crashed {
@@ -130,7 +138,7 @@ fn workload_table(groups: &[&CompareGroup]) -> Table {
             } else {
                 ("-".into(), "-".into())
             };
-            t.add_row(vec![
+            let mut row = vec![
                 Cell::new(level),
                 Cell::new(&c.config_name),
                 Cell::new(tput),
@@ -144,10 +152,15 @@ fn workload_table(groups: &[&CompareGroup]) -> Table {
                 Cell::new(fmt_ms(c.e2e_p99_ms)),
                 Cell::new(c.errors),
                 Cell::new(verdict),
-            ]);
+            ];
+            if power {
+                let w = c.gpu_power_w.map_or("-".into(), |w| fmt_num(w, 0));
+                row.insert(12, Cell::new(w));
+            }
+            t.add_row(row);
         }
     }
-    for col in 2..12 {
+    for col in 2..(if power { 13 } else { 12 }) {
         if let Some(c) = t.column_mut(col) {
             c.set_cell_alignment(CellAlignment::Right);
         }

@@ -49,6 +49,7 @@ fn stored(
             e2e_ms: Some(dist(100, 300.0, 500.0, 900.0, 1000.0)),
             ..Default::default()
         }),
+        gpu_power_w: None,
     }
 }
 

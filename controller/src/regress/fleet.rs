@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use fleetbench_proto::controllerpb::controller_client::ControllerClient;
 use fleetbench_proto::controllerpb::{
-    self, AgentHealth, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobKind,
-    JobState, ListAgentsRequest, ListJobsRequest, ListSuiteRunsRequest, RecordSuiteRunRequest,
-    SubmitJobRequest,
+    self, AgentHealth, AgentInfo, GetJobRequest, GetResultsRequest, GetResultsResponse, Job,
+    JobKind, JobState, ListAgentsRequest, ListJobsRequest, ListSuiteRunsRequest,
+    RecordSuiteRunRequest, SubmitJobRequest,
 };
 
 use crate::spec::SpecError;
@@ -61,6 +61,10 @@ pub trait Fleet: Send {
         &mut self,
         suite: &str,
     ) -> impl Future<Output = Result<Vec<SuiteRun>, FleetError>> + Send;
+    /// The controller's agents with their facts (GPUs); empty when unknown.
+    fn agents(&mut self) -> impl Future<Output = Result<Vec<AgentInfo>, FleetError>> + Send {
+        async { Ok(Vec::new()) }
+    }
     /// Hosts that can take work now (known and reachable); None when unknown.
     fn hosts(&mut self) -> impl Future<Output = Option<usize>> + Send {
         async { None }
@@ -137,6 +141,15 @@ where
             .await
             .map_err(rpc("GetResults"))?
             .into_inner())
+    }
+
+    async fn agents(&mut self) -> Result<Vec<AgentInfo>, FleetError> {
+        Ok(self
+            .list_agents(ListAgentsRequest {})
+            .await
+            .map_err(rpc("ListAgents"))?
+            .into_inner()
+            .agents)
     }
 
     async fn hosts(&mut self) -> Option<usize> {

@@ -2,13 +2,17 @@
 //! sample) and to the store as points averaged over a window (the store keeps a downsampled
 //! history for reports, not every sample).
 //!
+//! The relay also keeps every sample's GPU power (summed over the host's GPUs) in a
+//! [`PowerLog`], from which a level's mean power is taken over the level's own time window
+//! ([`mean_power`]): the stored series are too coarse (2 s windows, stamped on arrival).
+//!
 //! Stored series: `hw.gpu.utilization` (0..1), `hw.gpu.memory.usage` (bytes), `hw.power` (W),
 //! `hw.temperature` (°C), per GPU; `engine.running_requests`, `engine.queued_requests`,
 //! `engine.kv_cache_usage` (0..1), `engine.generation_tokens_per_s`; `process.cpu_pct`,
 //! `process.rss_bytes`.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetbench_proto::agentpb::{MetricsSample, StreamMetricsRequest};
@@ -23,9 +27,89 @@ use crate::store::Store;
 /// Samples are averaged over this window before they are stored.
 const WINDOW: Duration = Duration::from_secs(2);
 const SAMPLE_INTERVAL_MS: u32 = 500;
+/// How long a level's result waits for the power sample covering its end.
+pub(crate) const POWER_WAIT: Duration = Duration::from_millis(2 * SAMPLE_INTERVAL_MS as u64);
+
+/// GPU power samples of one trial attempt: `(agent's unix ms, W summed over the GPUs that
+/// reported power)`, oldest first. Shared by the telemetry relay (writer) and the attempt that
+/// stores the levels (reader).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PowerLog {
+    samples: Arc<Mutex<VecDeque<(i64, f64)>>>,
+    arrived: Arc<tokio::sync::Notify>,
+}
+
+/// Samples kept: an hour at the relay's interval; a level longer than that is averaged over
+/// its last hour.
+const POWER_SAMPLES_KEPT: usize = 7200;
+
+impl PowerLog {
+    fn push(&self, unix_ms: i64, watts: f64) {
+        let mut s = self.samples.lock().expect("power log lock");
+        if s.len() == POWER_SAMPLES_KEPT {
+            s.pop_front();
+        }
+        s.push_back((unix_ms, watts));
+        drop(s);
+        self.arrived.notify_waiters();
+    }
+
+    fn snapshot(&self) -> Vec<(i64, f64)> {
+        self.samples
+            .lock()
+            .expect("power log lock")
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// The mean power over `[start_ms, end_ms]` (see [`mean_power`]). The level result and the
+    /// telemetry come on separate streams, so when the host reports power but no sample from
+    /// after the level's end has arrived yet, this waits up to `wait` for one.
+    pub async fn level_mean(&self, start_ms: i64, end_ms: i64, wait: Duration) -> Option<f64> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let arrived = self.arrived.notified();
+            let samples = self.snapshot();
+            let caught_up = samples.last().is_none_or(|(t, _)| *t >= end_ms);
+            if caught_up || tokio::time::Instant::now() >= deadline {
+                return mean_power(&samples, start_ms, end_ms);
+            }
+            let _ = tokio::time::timeout_at(deadline, arrived).await;
+        }
+    }
+}
+
+/// Total GPU power of one sample: the sum over the GPUs that reported power; None when none did.
+pub(crate) fn sample_power(s: &MetricsSample) -> Option<f64> {
+    let watts: Vec<f64> = s
+        .gpus
+        .iter()
+        .filter_map(|g| g.power_w)
+        .filter(|w| w.is_finite() && *w >= 0.0)
+        .collect();
+    (!watts.is_empty()).then(|| watts.iter().sum())
+}
+
+/// The mean of the power samples taken inside `[start_ms, end_ms]`. A level shorter than the
+/// sampling interval may hold no sample: then the samples within one interval of its edges
+/// stand for it. None when there is no such sample (the host reported no power).
+pub(crate) fn mean_power(samples: &[(i64, f64)], start_ms: i64, end_ms: i64) -> Option<f64> {
+    let mean_in = |lo: i64, hi: i64| {
+        let inside: Vec<f64> = samples
+            .iter()
+            .filter(|(t, _)| (lo..=hi).contains(t))
+            .map(|(_, w)| *w)
+            .collect();
+        (!inside.is_empty()).then(|| inside.iter().sum::<f64>() / inside.len() as f64)
+    };
+    let slack = i64::from(SAMPLE_INTERVAL_MS);
+    mean_in(start_ms, end_ms).or_else(|| mean_in(start_ms - slack, end_ms + slack))
+}
 
 pub(crate) struct Relay {
     pub store: Store,
+    pub power: PowerLog,
     pub metrics: Arc<Metrics>,
     pub client: AgentClient,
     pub job_id: String,
@@ -127,6 +211,9 @@ pub(crate) async fn relay(r: Relay, cancel: CancellationToken) {
         match msg {
             Ok(Some(sample)) => {
                 r.metrics.telemetry(&r.host, &r.config_id, &sample);
+                if let Some(w) = sample_power(&sample) {
+                    r.power.push(sample.unix_ms, w);
+                }
                 accumulate(&mut window, &sample);
                 if started.elapsed() >= WINDOW {
                     flush(&r, &mut window).await;
@@ -141,4 +228,84 @@ pub(crate) async fn relay(r: Relay, cancel: CancellationToken) {
         }
     }
     flush(&r, &mut window).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use fleetbench_proto::agentpb::GpuSample;
+
+    use super::*;
+
+    fn gpu(index: u32, power_w: Option<f64>) -> GpuSample {
+        GpuSample {
+            index,
+            power_w,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_samples_power_is_summed_over_the_gpus_that_report_it() {
+        let s = MetricsSample {
+            gpus: vec![gpu(0, Some(310.5)), gpu(1, None), gpu(2, Some(289.5))],
+            ..Default::default()
+        };
+        assert_eq!(sample_power(&s), Some(600.0));
+        let none = MetricsSample {
+            gpus: vec![gpu(0, None)],
+            ..Default::default()
+        };
+        assert_eq!(sample_power(&none), None);
+        assert_eq!(sample_power(&MetricsSample::default()), None);
+    }
+
+    #[test]
+    fn a_levels_power_is_the_mean_of_the_samples_inside_its_window() {
+        // Idle before the level, loaded during it, idle after.
+        let samples = [
+            (1_000, 100.0),
+            (1_500, 100.0),
+            (2_000, 600.0),
+            (2_500, 700.0),
+            (3_000, 800.0),
+            (3_500, 120.0),
+            (4_000, 100.0),
+        ];
+        assert_eq!(mean_power(&samples, 2_000, 3_000), Some(700.0));
+        assert_eq!(mean_power(&samples, 2_100, 2_900), Some(700.0));
+        assert_eq!(mean_power(&samples, 0, 10_000), Some(2520.0 / 7.0));
+        // A level shorter than the interval, between two samples: its neighbours.
+        assert_eq!(mean_power(&samples, 2_600, 2_700), Some(750.0));
+        // Far from every sample, or no samples at all: no power.
+        assert_eq!(mean_power(&samples, 10_000, 11_000), None);
+        assert_eq!(mean_power(&[], 2_000, 3_000), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_level_waits_for_the_samples_of_its_end_but_not_forever() {
+        let log = PowerLog::default();
+        log.push(1_000, 200.0);
+        log.push(1_500, 400.0);
+        // The sample covering the level's end arrives a moment after its result.
+        let late = log.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            late.push(2_000, 600.0);
+        });
+        let got = log.level_mean(1_000, 2_000, Duration::from_secs(2)).await;
+        assert_eq!(got, Some(400.0));
+        // Nothing more comes: after the wait, what arrived is what counts.
+        let t = tokio::time::Instant::now();
+        let got = log.level_mean(1_000, 5_000, Duration::from_secs(2)).await;
+        assert_eq!(got, Some(400.0));
+        assert!(t.elapsed() >= Duration::from_secs(2));
+        // A host without power never waits.
+        let t = tokio::time::Instant::now();
+        let empty = PowerLog::default();
+        assert_eq!(
+            empty.level_mean(0, 1_000, Duration::from_secs(2)).await,
+            None
+        );
+        assert_eq!(t.elapsed(), Duration::ZERO);
+    }
 }

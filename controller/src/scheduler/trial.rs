@@ -67,6 +67,8 @@ struct Attempt<'a> {
     client: AgentClient,
     run: Run,
     cancel: CancellationToken,
+    /// GPU power samples the telemetry relay keeps for this attempt's levels.
+    power: telemetry::PowerLog,
 }
 
 /// Runs one attempt of `trial` on the leased host.
@@ -110,6 +112,7 @@ pub(crate) async fn run_trial(
         client: lease.client,
         run,
         cancel,
+        power: telemetry::PowerLog::default(),
     };
     async move {
         if let Err(e) = ctx.store.put_run(&a.run).await {
@@ -121,6 +124,7 @@ pub(crate) async fn run_trial(
             telemetry::relay(
                 telemetry::Relay {
                     store: ctx.store.clone(),
+                    power: a.power.clone(),
                     metrics: ctx.metrics.clone(),
                     client: a.client.clone(),
                     job_id: trial.job_id.clone(),
@@ -423,6 +427,15 @@ impl Attempt<'_> {
     async fn store_level(&mut self, result: LevelResult) -> Result<(), Stop> {
         let crashed = result.outcome == LevelOutcome::Crashed as i32;
         let crash_class = result.crash.as_ref().map(|c| c.class());
+        // Two sample intervals: the sample that covers the level's end is on its way.
+        let gpu_power_w = self
+            .power
+            .level_mean(
+                result.started_unix_ms,
+                result.finished_unix_ms,
+                telemetry::POWER_WAIT,
+            )
+            .await;
         let stored = StoredLevel {
             job_id: self.trial.job_id.clone(),
             run_id: self.run.run_id.clone(),
@@ -434,6 +447,7 @@ impl Attempt<'_> {
             repeat: self.trial.repeat,
             attempt: self.trial.attempts,
             result: Some(result),
+            gpu_power_w,
         };
         if !self.ctx.store.put_level(&stored).await? {
             tracing::warn!(

@@ -6,7 +6,8 @@
 //! ```toml
 //! [search]
 //! strategy = "successive-halving"   # grid | random | successive-halving
-//! objective = "output_tokens_per_s" # requests_per_s | output_tokens_per_s_per_gpu | saturation
+//! objective = "output_tokens_per_s" # requests_per_s | output_tokens_per_s_per_gpu
+//!                                   # | output_tokens_per_s_per_watt | saturation
 //! [search.flags]
 //! "--moe-runner-backend" = ["triton", "flashinfer_cutlass"]
 //! "--max-running-requests" = { min = 64, max = 256, step = 64 }
@@ -67,6 +68,9 @@ pub enum Objective {
     RequestsPerS,
     /// Output tokens/s divided by the GPUs the host has (1 when it has none).
     OutputTokensPerSPerGpu,
+    /// Output tokens/s divided by the mean GPU power during the level (W, all the host's
+    /// GPUs). Every host must report power: one without GPUs is refused before the search.
+    OutputTokensPerSPerWatt,
     /// The highest concurrency that meets the SLO, found per config by bracketing and
     /// bisection between `[search.saturation]` `low` and `high`.
     Saturation,
@@ -78,6 +82,7 @@ impl Objective {
             Objective::OutputTokensPerS => "output_tokens_per_s",
             Objective::RequestsPerS => "requests_per_s",
             Objective::OutputTokensPerSPerGpu => "output_tokens_per_s_per_gpu",
+            Objective::OutputTokensPerSPerWatt => "output_tokens_per_s_per_watt",
             Objective::Saturation => "saturation",
         }
     }
@@ -176,6 +181,7 @@ fn search(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<SearchSpec> {
                 Objective::OutputTokensPerS,
                 Objective::RequestsPerS,
                 Objective::OutputTokensPerSPerGpu,
+                Objective::OutputTokensPerSPerWatt,
                 Objective::Saturation,
             ];
             match all.into_iter().find(|o| o.name() == s) {

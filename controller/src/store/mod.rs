@@ -98,6 +98,10 @@ fn migrations(backend: Backend) -> Vec<Migration> {
         Backend::Sqlite => include_str!("migrations/sqlite/0002_suite_runs.sql"),
         Backend::Postgres => include_str!("migrations/postgres/0002_suite_runs.sql"),
     };
+    let v3 = match backend {
+        Backend::Sqlite => include_str!("migrations/sqlite/0003_level_power.sql"),
+        Backend::Postgres => include_str!("migrations/postgres/0003_level_power.sql"),
+    };
     vec![
         Migration::new(
             1,
@@ -111,6 +115,13 @@ fn migrations(backend: Backend) -> Vec<Migration> {
             Cow::Borrowed("suite_runs"),
             MigrationType::Simple,
             Cow::Borrowed(v2),
+            false,
+        ),
+        Migration::new(
+            3,
+            Cow::Borrowed("level_power"),
+            MigrationType::Simple,
+            Cow::Borrowed(v3),
             false,
         ),
     ]

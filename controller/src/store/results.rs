@@ -66,7 +66,7 @@ impl Store {
         let result = level.result.clone().unwrap_or_default();
         let done = sqlx::query(
             "INSERT INTO levels (job_id, trial_id, level_index, run_id, outcome, stored_unix_ms, \
-             level) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             level, gpu_power_w) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
              ON CONFLICT (job_id, trial_id, level_index) DO NOTHING",
         )
         .bind(&level.job_id)
@@ -76,16 +76,18 @@ impl Store {
         .bind(result.outcome as i64)
         .bind(fleetbench_proto::now_unix_ms())
         .bind(level.encode_to_vec())
+        .bind(level.gpu_power_w)
         .execute(&self.pool)
         .await
         .map_err(q("put level"))?;
         Ok(done.rows_affected() == 1)
     }
 
-    /// Every level result of a job, by trial and level index.
+    /// Every level result of a job, by trial and level index, with its GPU power.
     pub async fn levels(&self, job_id: &str) -> Result<Vec<StoredLevel>, StoreError> {
         let rows = sqlx::query(
-            "SELECT level FROM levels WHERE job_id = $1 ORDER BY trial_id, level_index",
+            "SELECT level, gpu_power_w FROM levels WHERE job_id = $1 \
+             ORDER BY trial_id, level_index",
         )
         .bind(job_id)
         .fetch_all(&self.pool)
@@ -94,7 +96,12 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let b: Vec<u8> = r.try_get("level").map_err(q("read level"))?;
-                decode("level", &b)
+                let mut level: StoredLevel = decode("level", &b)?;
+                // The column is the record (levels stored before it existed have none).
+                level.gpu_power_w = r
+                    .try_get::<Option<f64>, _>("gpu_power_w")
+                    .map_err(q("read level power"))?;
+                Ok(level)
             })
             .collect()
     }

@@ -6,7 +6,9 @@
 //! - [`search`]: grid / random / successive halving, one job per round.
 //! - [`saturation`]: per config, bracket and bisect the highest concurrency meeting the SLO.
 //! - [`render`]: the outcome as text for the CLI and the stored report.
+//! - [`hosts`]: GPUs per host, and the per-watt objective's check that every host has GPUs.
 
+pub mod hosts;
 pub mod render;
 pub mod saturation;
 pub mod score;
@@ -29,6 +31,17 @@ pub enum TuneError {
     /// A round's job spec could not be generated from the file.
     #[error("generating a round's job spec: {0}")]
     Toml(String),
+    /// The objective needs GPU power and a host the search may run on has no GPUs (found
+    /// from its facts before anything ran).
+    #[error("objective {objective} needs GPU power; host {host} reported none ({why})")]
+    NoPowerHost {
+        objective: &'static str,
+        host: String,
+        why: String,
+    },
+    /// The objective needs GPU power and a level was measured without it.
+    #[error(transparent)]
+    NoPower(#[from] score::NoPower),
 }
 
 /// Parses a search spec.

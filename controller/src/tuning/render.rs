@@ -5,6 +5,20 @@ use std::fmt::Write as _;
 use super::saturation::SaturationOutcome;
 use super::search::{Fate, TuneOutcome};
 
+/// A score: tokens/s with one decimal, per-watt figures (a few tokens per joule) with three.
+fn fmt_score(x: f64) -> String {
+    if x.abs() < 100.0 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// The scoring level's GPU power, where the host reported it.
+fn power(w: Option<f64>) -> String {
+    w.map(|w| format!(" at {w:.0} W")).unwrap_or_default()
+}
+
 /// The search outcome: best config with margin and confidence, every candidate, the Pareto
 /// front, engine-minutes, and the runs to diff.
 pub fn search(o: &TuneOutcome) -> String {
@@ -24,9 +38,10 @@ pub fn search(o: &TuneOutcome) -> String {
         };
         let _ = writeln!(
             s,
-            "  {:<10} {:>10.1}  {:<28} {}",
+            "  {:<10} {:>10}{}  {:<28} {}",
             c.candidate.name,
-            score,
+            fmt_score(score),
+            power(c.measured.as_ref().and_then(|m| m.score_power_w)),
             fate,
             c.candidate.describe()
         );
@@ -69,10 +84,11 @@ pub fn search(o: &TuneOutcome) -> String {
             let score = b.measured.as_ref().map_or(0.0, |m| m.score);
             let _ = writeln!(
                 s,
-                "\nbest: {} ({:.1} {}) {}",
+                "\nbest: {} ({} {}{}) {}",
                 b.candidate.name,
-                score,
+                fmt_score(score),
                 o.objective,
+                power(b.measured.as_ref().and_then(|m| m.score_power_w)),
                 b.candidate.describe()
             );
             if let Some(m) = &o.margin {

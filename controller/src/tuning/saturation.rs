@@ -138,7 +138,12 @@ async fn one<F: Fleet>(
         let job_id = fleet.submit(&toml, file_name, "", JobKind::Tune).await?;
         fleet.wait(&job_id).await?;
         let res = fleet.results(std::slice::from_ref(&job_id)).await?;
-        let m = score::measure(&res, Objective::OutputTokensPerS, &spec.load.slo, 1);
+        let m = score::measure(
+            &res,
+            Objective::OutputTokensPerS,
+            &spec.load.slo,
+            &score::HostGpus::new(),
+        )?;
         let got = m.get(&cand.name);
         if let Some(f) = got.and_then(|m| m.failure.clone())
             && got.is_some_and(|m| m.levels.is_empty())

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use fleetbench_proto::agentpb::{LevelOutcome, LevelResult};
-use fleetbench_proto::controllerpb::{GetResultsResponse, RunState};
+use fleetbench_proto::controllerpb::{GetResultsResponse, RunState, StoredLevel};
 
 use crate::spec::search::Objective;
 use crate::spec::{Slo, level_label};
@@ -19,6 +19,8 @@ pub struct LevelStats {
     pub ttft_p99_ms: f64,
     pub itl_p99_ms: f64,
     pub e2e_p99_ms: f64,
+    /// Mean GPU power (W, all the host's GPUs) over the repeats that reported it.
+    pub gpu_power_w: Option<f64>,
     /// Objective values per repeat (for the margin's interval).
     pub repeats: Vec<f64>,
     pub crashed: bool,
@@ -33,6 +35,8 @@ pub struct Measured {
     pub score: f64,
     /// That level's per-repeat values.
     pub score_repeats: Vec<f64>,
+    /// That level's mean GPU power, where reported.
+    pub score_power_w: Option<f64>,
     /// Why it was pruned: the engine failed to start (classified), or every level crashed.
     pub failure: Option<String>,
     /// Run ids of its trials.
@@ -64,27 +68,70 @@ pub fn meets(r: &LevelResult, slo: &Slo) -> bool {
         && slo.e2e_ms.is_none_or(|x| pct(&r.e2e_ms, "p99") <= x)
 }
 
-fn objective_value(r: &LevelResult, objective: Objective, gpus: u32) -> f64 {
-    match objective {
-        Objective::RequestsPerS => r.requests_per_s,
-        Objective::OutputTokensPerSPerGpu => r.output_tokens_per_s / f64::from(gpus.max(1)),
-        Objective::OutputTokensPerS | Objective::Saturation => r.output_tokens_per_s,
-    }
+/// GPUs per host (from the agents' facts); a host missing here counts as one GPU.
+pub type HostGpus = BTreeMap<String, u32>;
+
+/// A per-watt objective met a level measured without GPU power.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "objective {objective} needs GPU power; host {host} reported none \
+     (candidate {candidate}, level {level})"
+)]
+pub struct NoPower {
+    /// The objective's spec name.
+    pub objective: &'static str,
+    pub host: String,
+    pub candidate: String,
+    pub level: String,
 }
 
-/// Every candidate (by config name) of a round's results, scored.
+/// The objective of one measured repeat. A crashed or empty level scores 0 (it never meets
+/// the SLO); per watt, a level without power is an error, never a silent fallback.
+fn objective_value(
+    l: &StoredLevel,
+    r: &LevelResult,
+    objective: Objective,
+    gpus: &HostGpus,
+) -> Result<f64, NoPower> {
+    if r.outcome == LevelOutcome::Crashed as i32 || r.completed == 0 {
+        return Ok(0.0);
+    }
+    Ok(match objective {
+        Objective::RequestsPerS => r.requests_per_s,
+        Objective::OutputTokensPerSPerGpu => {
+            let n = gpus.get(&l.host).copied().unwrap_or(1);
+            r.output_tokens_per_s / f64::from(n.max(1))
+        }
+        Objective::OutputTokensPerSPerWatt => match l.gpu_power_w.filter(|w| *w > 0.0) {
+            Some(w) => r.output_tokens_per_s / w,
+            None => {
+                return Err(NoPower {
+                    objective: objective.name(),
+                    host: l.host.clone(),
+                    candidate: l.config_name.clone(),
+                    level: level_label(&r.level.unwrap_or_default()),
+                });
+            }
+        },
+        Objective::OutputTokensPerS | Objective::Saturation => r.output_tokens_per_s,
+    })
+}
+
+/// Every candidate (by config name) of a round's results, scored. `gpus` gives the per-GPU
+/// objective its divisor; the per-watt objective fails on a level measured without power.
 pub fn measure(
     results: &GetResultsResponse,
     objective: Objective,
     slo: &Slo,
-    gpus: u32,
-) -> BTreeMap<String, Measured> {
+    gpus: &HostGpus,
+) -> Result<BTreeMap<String, Measured>, NoPower> {
     let mut out: BTreeMap<String, Measured> = BTreeMap::new();
     for c in &results.configs {
         out.entry(c.name.clone()).or_insert_with(|| Measured {
             levels: Vec::new(),
             score: 0.0,
             score_repeats: Vec::new(),
+            score_power_w: None,
             failure: None,
             run_ids: Vec::new(),
         });
@@ -106,39 +153,41 @@ pub fn measure(
             m.failure = Some(format!("failed to start ({class})"));
         }
     }
-    let mut by: BTreeMap<(String, u32), Vec<&LevelResult>> = BTreeMap::new();
+    let mut by: BTreeMap<(String, u32), Vec<(&StoredLevel, &LevelResult)>> = BTreeMap::new();
     for l in &results.levels {
         if let Some(r) = &l.result {
             by.entry((l.config_name.clone(), r.level_index))
                 .or_default()
-                .push(r);
+                .push((l, r));
         }
     }
     for ((config, _), rs) in by {
         let Some(m) = out.get_mut(&config) else {
             continue;
         };
-        let level = rs[0].level.unwrap_or_default();
-        let ok: Vec<&&LevelResult> = rs
+        let level = rs[0].1.level.unwrap_or_default();
+        let ok: Vec<&(&StoredLevel, &LevelResult)> = rs
             .iter()
-            .filter(|r| r.outcome != LevelOutcome::Crashed as i32)
+            .filter(|(_, r)| r.outcome != LevelOutcome::Crashed as i32)
             .collect();
         let crashed = ok.len() < rs.len();
+        let powers: Vec<f64> = ok.iter().filter_map(|(l, _)| l.gpu_power_w).collect();
         let stats = LevelStats {
             label: level_label(&level),
             concurrency: level.concurrency,
-            output_tokens_per_s: mean(ok.iter().map(|r| r.output_tokens_per_s)),
-            requests_per_s: mean(ok.iter().map(|r| r.requests_per_s)),
-            ttft_p99_ms: mean(ok.iter().map(|r| pct(&r.ttft_ms, "p99"))),
-            itl_p99_ms: mean(ok.iter().map(|r| pct(&r.itl_ms, "p99"))),
-            e2e_p99_ms: mean(ok.iter().map(|r| pct(&r.e2e_ms, "p99"))),
+            output_tokens_per_s: mean(ok.iter().map(|(_, r)| r.output_tokens_per_s)),
+            requests_per_s: mean(ok.iter().map(|(_, r)| r.requests_per_s)),
+            ttft_p99_ms: mean(ok.iter().map(|(_, r)| pct(&r.ttft_ms, "p99"))),
+            itl_p99_ms: mean(ok.iter().map(|(_, r)| pct(&r.itl_ms, "p99"))),
+            e2e_p99_ms: mean(ok.iter().map(|(_, r)| pct(&r.e2e_ms, "p99"))),
+            gpu_power_w: (!powers.is_empty()).then(|| mean(powers)),
             repeats: rs
                 .iter()
-                .map(|r| objective_value(r, objective, gpus))
-                .collect(),
+                .map(|(l, r)| objective_value(l, r, objective, gpus))
+                .collect::<Result<_, _>>()?,
             crashed,
             // A level meets the SLO when every repeat does: one bad repeat is a real risk.
-            meets_slo: !crashed && rs.iter().all(|r| meets(r, slo)),
+            meets_slo: !crashed && rs.iter().all(|(_, r)| meets(r, slo)),
         };
         m.levels.push(stats);
     }
@@ -151,12 +200,13 @@ pub fn measure(
         if let Some(b) = best {
             m.score = mean(b.repeats.clone());
             m.score_repeats = b.repeats.clone();
+            m.score_power_w = b.gpu_power_w;
         }
         if m.failure.is_none() && !m.levels.is_empty() && m.levels.iter().all(|l| l.crashed) {
             m.failure = Some("crashed at every level".into());
         }
     }
-    out
+    Ok(out)
 }
 
 /// Engine-minutes of a round: over its runs, engine start-up plus the levels' durations.
@@ -226,7 +276,126 @@ pub fn pareto(points: &[Point]) -> Vec<Point> {
 
 #[cfg(test)]
 mod tests {
+    use fleetbench_proto::agentpb::{Distribution, LoadLevel};
+    use fleetbench_proto::controllerpb::ConfigInfo;
+
     use super::*;
+
+    fn level(config: &str, host: &str, repeat: u32, tok_s: f64, watts: Option<f64>) -> StoredLevel {
+        let p99 = |v: f64| Distribution {
+            count: 100,
+            percentiles: [("p99".to_string(), v)].into_iter().collect(),
+            ..Default::default()
+        };
+        StoredLevel {
+            job_id: "j".into(),
+            host: host.into(),
+            config_name: config.into(),
+            repeat,
+            result: Some(LevelResult {
+                level_index: 0,
+                level: Some(LoadLevel {
+                    concurrency: Some(64),
+                    ..Default::default()
+                }),
+                completed: 100,
+                output_tokens_per_s: tok_s,
+                requests_per_s: tok_s / 100.0,
+                ttft_ms: Some(p99(500.0)),
+                itl_ms: Some(p99(20.0)),
+                e2e_ms: Some(p99(2000.0)),
+                ..Default::default()
+            }),
+            gpu_power_w: watts,
+            ..Default::default()
+        }
+    }
+
+    fn results(levels: Vec<StoredLevel>) -> GetResultsResponse {
+        let mut names: Vec<String> = levels.iter().map(|l| l.config_name.clone()).collect();
+        names.dedup();
+        GetResultsResponse {
+            configs: names
+                .into_iter()
+                .map(|name| ConfigInfo {
+                    name,
+                    ..Default::default()
+                })
+                .collect(),
+            levels,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn per_watt_divides_each_repeats_throughput_by_its_power() {
+        // "fast" makes more tokens, "frugal" more tokens per joule: per watt, frugal wins.
+        let res = results(vec![
+            level("fast", "h1", 0, 2000.0, Some(800.0)),
+            level("fast", "h1", 1, 2100.0, Some(840.0)),
+            level("frugal", "h2", 0, 1500.0, Some(500.0)),
+            level("frugal", "h2", 1, 1440.0, Some(480.0)),
+        ]);
+        let slo = Slo::default();
+        let gpus = HostGpus::new();
+        let m = measure(&res, Objective::OutputTokensPerSPerWatt, &slo, &gpus).unwrap();
+        assert_eq!(m["fast"].score_repeats, [2.5, 2.5]);
+        assert_eq!(m["frugal"].score_repeats, [3.0, 3.0]);
+        assert_eq!(m["frugal"].score, 3.0);
+        assert_eq!(m["frugal"].score_power_w, Some(490.0));
+        assert_eq!(m["fast"].levels[0].gpu_power_w, Some(820.0));
+        // By throughput alone the order is the other way round.
+        let t = measure(&res, Objective::OutputTokensPerS, &slo, &gpus).unwrap();
+        assert!(t["fast"].score > t["frugal"].score);
+    }
+
+    #[test]
+    fn per_watt_without_power_is_an_error_naming_the_objective_and_host() {
+        let res = results(vec![
+            level("a", "gpu-1", 0, 2000.0, Some(800.0)),
+            level("b", "cpu-2", 0, 1500.0, None),
+        ]);
+        let err = measure(
+            &res,
+            Objective::OutputTokensPerSPerWatt,
+            &Slo::default(),
+            &HostGpus::new(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "objective output_tokens_per_s_per_watt needs GPU power; host cpu-2 reported none \
+             (candidate b, level c=64)"
+        );
+        // Other objectives do not need power.
+        assert!(
+            measure(
+                &res,
+                Objective::OutputTokensPerS,
+                &Slo::default(),
+                &HostGpus::new()
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn per_gpu_divides_by_the_hosts_gpus() {
+        let res = results(vec![
+            level("eight", "h8", 0, 8000.0, None),
+            level("two", "h2", 0, 3000.0, None),
+        ]);
+        let gpus: HostGpus = [("h8".to_string(), 8), ("h2".to_string(), 2)].into();
+        let m = measure(
+            &res,
+            Objective::OutputTokensPerSPerGpu,
+            &Slo::default(),
+            &gpus,
+        )
+        .unwrap();
+        assert_eq!(m["eight"].score, 1000.0);
+        assert_eq!(m["two"].score, 1500.0);
+    }
 
     fn p(name: &str, t: f64, l: f64) -> Point {
         Point {

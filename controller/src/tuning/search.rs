@@ -9,10 +9,10 @@ use fleetbench_proto::controllerpb::JobKind;
 
 use super::score::{self, Measured, Point};
 use super::space::{self, Candidate, Round};
-use super::{TuneError, parse};
+use super::{TuneError, hosts, parse};
 use crate::regress::Fleet;
 use crate::regress::stats::{prob_above, relative_change};
-use crate::spec::search::{SearchSpec, Strategy};
+use crate::spec::search::{Objective, SearchSpec, Strategy};
 
 /// Where a candidate's search ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +110,16 @@ pub async fn run_search<F: Fleet>(
     mut progress: impl FnMut(String),
 ) -> Result<TuneOutcome, TuneError> {
     let (spec, search) = parse(file_name, text)?;
+    // What the hosts are decides the per-GPU divisor, and whether per-watt can be measured at
+    // all: a host without GPUs is refused here, before any candidate runs.
+    let wait = if search.objective == Objective::OutputTokensPerSPerWatt {
+        std::time::Duration::from_secs(10)
+    } else {
+        std::time::Duration::ZERO
+    };
+    let agents = hosts::agents_with_facts(fleet, wait).await?;
+    hosts::check_power(search.objective, &spec.hosts, &agents)?;
+    let gpus = hosts::gpu_counts(&agents);
     let mut cands = space::candidates(&spec, &search);
     let start_name = spec.configs[0].name.clone();
     if !cands.iter().any(|c| c.name == start_name) {
@@ -168,7 +178,7 @@ pub async fn run_search<F: Fleet>(
         let job = fleet.wait(&job_id).await?;
         let res = fleet.results(std::slice::from_ref(&job_id)).await?;
         let minutes = score::engine_minutes(&res);
-        let measured = score::measure(&res, search.objective, &spec.load.slo, 1);
+        let measured = score::measure(&res, search.objective, &spec.load.slo, &gpus)?;
         for run in &res.runs {
             run_ids.insert(run.config_name.clone(), run.run_id.clone());
         }
