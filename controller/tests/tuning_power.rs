@@ -206,4 +206,16 @@ async fn fleetbench_jobs_shows_each_levels_gpu_power() {
     let doc: serde_json::Value = serde_json::from_slice(&compare.stdout).unwrap();
     let first = &doc["groups"][0]["configs"][0];
     assert_eq!(first["gpu_power_w"], serde_json::json!(612.4), "{doc}");
+    let compare = tokio::time::timeout(Duration::from_secs(120), cli(&["compare", "jw"]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(compare.status.success(), "{compare:?}");
+    let out = String::from_utf8_lossy(&compare.stdout);
+    assert!(out.contains("GPU W"), "{out}");
+    let c8 = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("c=8"))
+        .unwrap_or_else(|| panic!("no c=8 row in:\n{out}"));
+    assert!(c8.split_whitespace().any(|w| w == "612"), "{out}");
 }
