@@ -2,23 +2,22 @@
 //! loopback port with development certificates, and an mTLS client for it.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use fleetbench_proto::agentpb::{self, agent_client::AgentClient, engine_event::Event};
 use fleetbench_support::tls::{DevCerts, client_tls, generate_dev_certs};
+use fleetbench_testkit::process::{Launch, Listening};
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
+/// A real agent process with TLS from fresh development certificates.
 pub struct Agent {
-    pub child: Child,
+    pub process: Listening,
     pub addr: std::net::SocketAddr,
     pub dir: tempfile::TempDir,
     pub certs: DevCerts,
-    pub log: PathBuf,
 }
 
 impl Agent {
@@ -36,44 +35,24 @@ impl Agent {
         );
         let cfg_path = dir.path().join("agent.toml");
         std::fs::write(&cfg_path, config)?;
-        let log = dir.path().join("agent.log");
-        let mut child = Command::new(fleetbench_testkit::workspace_bin("fleetbench-agent"))
-            .arg("--config")
-            .arg(&cfg_path)
+        let process = Launch::new("fleetbench-agent", dir.path().join("agent.log"))
+            .args([Path::new("--config"), &cfg_path])
             .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(std::fs::File::create(&log)?))
-            .spawn()?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(a) = line.strip_prefix("fleetbench-agent listening on ") {
-                    let _ = tx.send(a.trim().to_string());
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(a) => a.parse()?,
-            Err(_) => {
-                let _ = child.kill();
-                bail!(
-                    "agent did not start: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-        };
+            .spawn();
         Ok(Agent {
-            child,
-            addr,
+            addr: process.addr,
+            process,
             dir,
             certs,
-            log,
         })
     }
 
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
     }
 
     pub async fn client(&self) -> Result<AgentClient<Channel>> {
@@ -91,33 +70,14 @@ impl Agent {
         Ok(AgentClient::new(channel).max_decoding_message_size(64 << 20))
     }
 
-    /// SIGTERM and wait for a clean exit; returns whether it exited within the limit.
+    /// SIGTERM and wait for a clean exit; returns whether it exited within the limit (SIGKILL
+    /// otherwise).
     pub fn terminate(&mut self, within: Duration) -> bool {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
+        self.process.terminate_within(within)
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if !self.terminate(Duration::from_secs(30)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.process.log_text()
     }
 }
 
