@@ -161,7 +161,7 @@ async fn drive(timer: Arc<Timer>) {
             return;
         };
         // Consume the expiry count; WouldBlock clears a stale readiness.
-        let _ = guard.try_io(|fd| {
+        let read = guard.try_io(|fd| {
             let mut buf = [0u8; 8];
             // SAFETY: reading 8 bytes into an 8-byte buffer from our own timerfd.
             let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -171,6 +171,12 @@ async fn drive(timer: Arc<Timer>) {
                 Ok(())
             }
         });
+        if matches!(read, Ok(Ok(()))) {
+            // One read takes every expiry: the fd stays unreadable until it fires again, so a
+            // second read (one more syscall per token) would only find WouldBlock. A later
+            // expiry seen by the runtime in the meantime is not cleared (readiness ticks).
+            guard.clear_ready();
+        }
         timer.take_due(&mut due);
         for w in due.drain(..) {
             w.wake();
