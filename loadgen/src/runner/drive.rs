@@ -38,6 +38,8 @@ pub(super) enum Plan {
         slots: u32,
         count: Option<u64>,
         until: Option<Duration>,
+        /// Stream `s` of `slots` starts at `ramp * s / slots` after the level began.
+        ramp: Duration,
     },
     Open {
         arrivals: Vec<Duration>,
@@ -118,13 +120,15 @@ pub(super) async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
             slots,
             count,
             until,
+            ramp,
         } => {
             // Connect every slot before the clock starts, so the first requests do not carry
             // the connection set-up.
             let barrier = Arc::new(tokio::sync::Barrier::new(slots as usize + 1));
-            for _ in 0..slots {
+            for s in 0..slots {
                 let sh = sh.clone();
                 let barrier = barrier.clone();
+                let offset = ramp.mul_f64(f64::from(s) / f64::from(slots));
                 set.spawn(async move {
                     let mut slot = Slot {
                         conn: Conn::open(sh.target.addr).await.ok(),
@@ -134,9 +138,12 @@ pub(super) async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
                     let deadline = until.map(|d| Instant::now() + d);
                     // The next request is due the moment the last one ended: the time spent on
                     // its accounting is client queueing, and counts.
-                    // Every stream is free from the same instant: the first wave's sends, one
-                    // after another on this thread, count as queueing too.
-                    let mut free_at = *sh.began.get_or_init(Instant::now);
+                    // Without a ramp every stream is free from the same instant: the first
+                    // wave's sends, one after another on this thread, count as queueing too.
+                    let mut free_at = *sh.began.get_or_init(Instant::now) + offset;
+                    if !offset.is_zero() {
+                        sleep_until_precise(free_at).await;
+                    }
                     loop {
                         if sh.stop.load(Ordering::Relaxed)
                             || deadline.is_some_and(|d| Instant::now() >= d)

@@ -39,6 +39,8 @@ pub struct Runner {
     prompts: Arc<Vec<Prompt>>,
     warmup: Arc<Vec<Prompt>>,
     shaping: Shaping,
+    /// Closed-loop streams start one after another over this span (zero: all at once).
+    ramp_up: Duration,
 }
 
 /// How prompt lengths were shaped.
@@ -167,7 +169,23 @@ impl Runner {
             prompts: Arc::new(prompts),
             warmup: Arc::new(warmup),
             shaping,
+            ramp_up: Duration::ZERO,
         })
+    }
+
+    /// Starts the streams of a closed-loop level one after another, evenly over `ramp`, instead
+    /// of all at the same instant. Stream `s` of `c` is first due at `ramp * s / c` after the
+    /// level began, and its latencies count from then. A synchronized start sends `c` requests
+    /// at one instant: the client writes them one after another and the server reads them one
+    /// after another, so at hundreds of streams the first wave waits milliseconds in both (real
+    /// queueing, which the report shows), and with fixed-latency answers every later request
+    /// of a stream stays in step with that wave. A ramp of at least one inter-token gap spreads
+    /// the streams over the token clock as independent users would be. Warm-up and open-loop
+    /// levels are not ramped; the level's duration still counts from its start.
+    #[must_use]
+    pub fn with_ramp_up(mut self, ramp: Duration) -> Runner {
+        self.ramp_up = ramp;
+        self
     }
 
     /// The model name sent with every request.
@@ -231,6 +249,7 @@ impl Runner {
                 slots,
                 count: Some(self.cfg.warmup as u64),
                 until: None,
+                ramp: Duration::ZERO,
             };
             let mut set = JoinSet::new();
             tokio::select! {
@@ -316,11 +335,13 @@ impl Runner {
                         slots,
                         count: Some(u64::from(n)),
                         until: None,
+                        ramp: self.ramp_up,
                     },
                     Bound::Duration(d) => Plan::Closed {
                         slots,
                         count: None,
                         until: Some(d),
+                        ramp: self.ramp_up,
                     },
                 }
             }

@@ -41,12 +41,15 @@ impl Sim {
     }
 
     pub fn fixed(ttft_ms: f64, itl_ms: f64) -> Sim {
-        Sim::start(&[
-            "--ttft-ms",
-            &ttft_ms.to_string(),
-            "--itl-ms",
-            &itl_ms.to_string(),
-        ])
+        Sim::fixed_with(ttft_ms, itl_ms, &[])
+    }
+
+    /// Fixed-latency mode with further flags.
+    pub fn fixed_with(ttft_ms: f64, itl_ms: f64, more: &[&str]) -> Sim {
+        let (ttft, itl) = (ttft_ms.to_string(), itl_ms.to_string());
+        let mut args = vec!["--ttft-ms", ttft.as_str(), "--itl-ms", itl.as_str()];
+        args.extend_from_slice(more);
+        Sim::start(&args)
     }
 
     pub fn signal(&self, sig: &str) {
