@@ -3,81 +3,20 @@
 //! text the regression detection checks run.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fleetbench_controller::{ControllerHandle, HostConfig};
 use fleetbench_proto::controllerpb::controller_client::ControllerClient;
 use tonic::transport::Channel;
 
-/// An agent process, killed when dropped.
-pub struct Agent {
-    child: Child,
-    pub name: String,
-    pub addr: String,
-}
+/// An agent process, stopped when dropped.
+pub type Agent = fleetbench_testkit::process::Listening;
 
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts a plaintext loopback agent with the built-in profiles.
+/// Starts a plaintext loopback agent with the built-in profiles, its sim engine on a port of
+/// its own (the agents share this machine).
 pub fn spawn_agent(dir: &Path, name: &str) -> Agent {
-    let data = dir.join(name);
-    std::fs::create_dir_all(&data).unwrap();
-    let cfg = data.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n\
-             [profiles.sim]\nkind = \"sim\"\nport = {}\n",
-            data.display(),
-            // Each agent's engine on a port of its own: the agents share this machine.
-            fleetbench_testkit::free_port()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(data.join("agent.log")).unwrap();
-    let mut child = Command::new(fleetbench_testkit::workspace_bin("fleetbench-agent"))
-        .args(["--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("spawn fleetbench-agent");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !sent && let Some(a) = line.split(" listening on ").nth(1) {
-                let _ = tx.send(a.trim().to_string());
-                sent = true;
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("agent did not report its address");
-    Agent {
-        child,
-        name: name.to_string(),
-        addr,
-    }
+    fleetbench_testkit::process::sim_agent(dir, name).spawn()
 }
 
 /// Agents plus an embedded controller.
@@ -95,7 +34,7 @@ impl Fleet {
             .iter()
             .map(|a| HostConfig {
                 name: a.name.clone(),
-                address: a.addr.clone(),
+                address: a.addr.to_string(),
                 labels: Default::default(),
             })
             .collect();
