@@ -113,6 +113,49 @@ async fn ttft_and_itl_medians_match_the_injected_latencies() {
     }
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn a_ramped_closed_loop_starts_its_streams_evenly() {
+    let _serial = SERIAL.lock().await;
+    // First tokens after 100 ms: every stream has started (0-70 ms) before any request ends, so
+    // requests 0-7 are the streams' first ones.
+    let sim = Sim::fixed(100.0, 1.0);
+    let level = Level::closed(8);
+    let runner = Runner::new(config(&sim.url, 8, 2, vec![level.clone()], 16))
+        .await
+        .expect("runner")
+        .with_ramp_up(Duration::from_millis(80));
+    let out = runner
+        .run_level_detailed(0, &level, None, CancellationToken::new(), true)
+        .await;
+    assert_eq!((out.report.completed, out.report.failed), (16, 0));
+    assert_eq!(out.report.peak_concurrency, 8);
+    let recs = out.records;
+    let mut starts: Vec<f64> = recs
+        .iter()
+        .filter(|r| r.index < 8)
+        .map(|r| r.intended_ms)
+        .collect();
+    starts.sort_by(f64::total_cmp);
+    for (k, t) in starts.iter().enumerate() {
+        let offset = t - starts[0];
+        assert!(
+            (offset - 10.0 * k as f64).abs() < 1e-3,
+            "stream {k} intended {offset} ms after the first"
+        );
+    }
+    for r in &recs {
+        let sent = r.sent_ms.expect("sent");
+        assert!(
+            sent >= r.intended_ms,
+            "request {} sent {sent} before it was due at {}",
+            r.index,
+            r.intended_ms
+        );
+        // Latency counts from the ramp's instant, not from the level's start.
+        assert!(r.ttft_ms.unwrap() >= 100.0 && r.ttft_ms.unwrap() < 1000.0);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_hits_the_requested_rate() {
     let _serial = SERIAL.lock().await;
