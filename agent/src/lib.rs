@@ -122,6 +122,16 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
         }
     })?;
     supervisor::group::become_subreaper();
+    // Before the port is bound: a controller must not start an engine beside a dead agent's.
+    if let Some(r) = supervisor::leftover::reclaim(&config.data_dir).await {
+        tracing::warn!(
+            pgid = r.pgid,
+            processes = r.processes,
+            killed = r.killed,
+            gone = r.gone,
+            "stopped the engine a previous agent left running"
+        );
+    }
     let gpus = tokio::task::spawn_blocking(fleetbench_gpu::Gpus::init)
         .await
         .unwrap_or_else(|e| {

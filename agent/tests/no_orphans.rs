@@ -200,3 +200,80 @@ async fn an_engine_that_turns_unhealthy_is_classified_and_stopped() {
         "the unhealthy engine was not stopped"
     );
 }
+
+/// An engine whose worker, in the engine's group, ignores SIGTERM: what a SIGKILLed agent's
+/// kernel-sent SIGTERM (PR_SET_PDEATHSIG) leaves behind.
+const STUBBORN_ENGINE: &str = r#"
+import http.server, os, subprocess, sys
+port, pidfile = int(sys.argv[1]), sys.argv[2]
+worker = subprocess.Popen(
+    [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"])
+with open(pidfile, "w") as f:
+    f.write(f"{os.getpid()} {worker.pid}\n")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_agent_stops_what_a_killed_agents_engine_left() {
+    let work = tempfile::tempdir().unwrap();
+    let script = write(&work.path().join("stubborn.py"), STUBBORN_ENGINE);
+    let profile = format!(
+        "[profiles.stubborn]\nkind = \"generic\"\nprogram = {:?}\nargs = [{:?}, \"{{port}}\", {:?}]\nhealth_path = \"/health\"\nmetrics_path = \"\"\ngrace_s = 1\nstart_timeout_s = 60\nport = {}\n",
+        venv_python(),
+        script,
+        work.path().join("pids"),
+        fleetbench_testkit::free_port(),
+    );
+    let mut agent = Agent::start(&profile).unwrap();
+    let mut c = agent.client().await.unwrap();
+    let ev = apply(
+        &mut c,
+        spec("stubborn", "", 0, &[]),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert!(ready(&ev).is_some(), "{ev:?}\n{}", agent.log_text());
+    let pids = read_pids(work.path());
+    let (leader, worker) = (pids[0], pids[1]);
+
+    // SIGKILL: the agent runs no code. The kernel's SIGTERM ends the engine's own process; its
+    // worker ignores it and stays.
+    agent.process.kill();
+    assert!(
+        eventually(Duration::from_secs(20), || !alive(leader)).await,
+        "the engine outlived its agent: PR_SET_PDEATHSIG did not fire"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        alive(worker),
+        "the test needs a worker that outlives the agent"
+    );
+
+    // The next agent on the same data directory stops it before it serves.
+    agent.relaunch();
+    assert!(
+        !alive(worker),
+        "pid {worker} survived the next agent's start"
+    );
+    // (It ignores SIGTERM: only the SIGKILL after the grace period could end it.)
+    let log = agent.log_text();
+    assert!(
+        log.contains("stopped the engine a previous agent left running"),
+        "{log}"
+    );
+    let mut c = agent.client().await.unwrap();
+    let st = c
+        .get_engine(agentpb::GetEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.state, agentpb::EngineState::Idle as i32);
+}

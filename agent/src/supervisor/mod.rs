@@ -3,6 +3,7 @@
 //! `StreamMetrics`); each apply gets its own stream of lifecycle events.
 
 pub mod group;
+pub mod leftover;
 pub mod logs;
 mod release;
 mod spawn;

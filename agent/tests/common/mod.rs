@@ -47,6 +47,19 @@ impl Agent {
         })
     }
 
+    /// Starts the agent again on the same config and data directory (after the test killed
+    /// it); its log goes to `agent-relaunched.log`.
+    pub fn relaunch(&mut self) {
+        self.process = Launch::new(
+            "fleetbench-agent",
+            self.dir.path().join("agent-relaunched.log"),
+        )
+        .args([Path::new("--config"), &self.dir.path().join("agent.toml")])
+        .env("RUST_LOG", "info")
+        .spawn();
+        self.addr = self.process.addr;
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }

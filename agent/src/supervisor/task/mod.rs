@@ -302,6 +302,7 @@ impl Task {
             log_path,
         } = started;
         span.in_scope(|| tracing::info!(pid, argv = ?plan.argv, "spawned"));
+        super::leftover::record(&self.cfg.data_dir, pid);
         self.generation += 1;
         let generation = self.generation;
         let log_path_s = log_path.to_string_lossy().into_owned();
@@ -502,6 +503,9 @@ impl Task {
             )
             .await;
             let _ = tokio::time::timeout(Duration::from_secs(2), e.child.wait()).await;
+            if out.gone {
+                super::leftover::clear(&self.cfg.data_dir);
+            }
             e.output_done.abort();
             let gpu_clear =
                 wait_gpu_free(&self.gpus, e.tracker.known_pids(), self.cfg.release_timeout).await;
