@@ -51,7 +51,8 @@ for phase in idle loaded; do
       > "$OUT/gpu_load.log" 2>&1 &
     LOAD=$!
     for _ in $(seq 1 120); do
-      curl -sf http://127.0.0.1:18090/health > /dev/null && break
+      python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:18090/health", timeout=1)' \
+        2> /dev/null && break
       sleep 0.5
     done
     nvidia-smi --query-gpu=index,power.draw,utilization.gpu --format=csv
