@@ -85,8 +85,8 @@ async fn ttft_and_itl_medians_match_the_injected_latencies() {
         // TTFT is one absolute delay: every scheduling hiccup of a busy machine lands in it,
         // while ITL differences cancel them out. A client that is off by more than 0.5 ms is
         // off in every attempt; a busy moment is not (with two CPU-bound processes beside it on
-        // this 2-core machine, single attempts at 512 streams reached +1.7 and +4.5 ms and the
-        // next ones +0.49 and +0.12 ms; later attempts run only after a miss).
+        // this 2-core machine, one run at 512 streams gave +4.5, +0.55, +0.12 ms and another
+        // +1.7, +0.45 ms; later attempts run only after a miss).
         let mut ttfts = Vec::new();
         for _attempt in 0..5 {
             let r = runner
