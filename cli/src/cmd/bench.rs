@@ -76,6 +76,11 @@ pub struct Args {
     /// Requests sent and discarded before each level.
     #[arg(long, default_value_t = 0)]
     pub warmup: u32,
+    /// Spread the start of a closed-loop level's streams over this long (stream s of c first
+    /// sends at ramp·s/c, its latency counted from then) instead of sending c requests at one
+    /// instant; e.g. one inter-token gap, 20ms.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ramp_up: Option<Duration>,
     #[arg(long, value_enum, default_value = "random")]
     pub dataset: DatasetKind,
     /// File of the sharegpt, jsonl or trace dataset.
@@ -126,6 +131,12 @@ fn flag_error(flag: &str, message: impl std::fmt::Display) -> anyhow::Error {
 /// Turns the flags into a validated configuration; every error names its flag.
 pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
     let output_len = a.output_len.unwrap_or(128);
+    if a.ramp_up.is_some() && a.concurrency.is_empty() {
+        bail!(flag_error(
+            "--ramp-up",
+            "spreads the streams of closed-loop levels: give --concurrency"
+        ));
+    }
     let levels: Vec<Level> = match (a.concurrency.is_empty(), a.request_rate.is_empty()) {
         (true, true) => bail!("give --concurrency (closed loop) or --request-rate (open loop)"),
         (false, _) => a
@@ -263,7 +274,8 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
     let levels = cfg.levels.clone();
     let runner = Runner::new(cfg)
         .await
-        .context("cannot start the benchmark")?;
+        .context("cannot start the benchmark")?
+        .with_ramp_up(a.ramp_up.unwrap_or_default());
     let shaping = runner.shaping();
     eprintln!(
         "model {}; prompt lengths from {}{}",
@@ -413,5 +425,7 @@ mod tests {
         assert!(err("--concurrency 2 --slo ttft=3").contains("--slo"));
         assert!(err("--concurrency 2 --api grpc").contains("--api"));
         assert!(err("--concurrency 2 --duration soon").contains("--duration"));
+        assert!(err("--concurrency 2 --ramp-up soon").contains("--ramp-up"));
+        assert!(err("--request-rate 2 --ramp-up 1s").contains("--concurrency"));
     }
 }
