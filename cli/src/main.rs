@@ -26,7 +26,7 @@ enum Command {
     /// Submit a job spec and watch it (embedded controller and local agent unless --controller).
     Run(cmd::run::Args),
     /// Run the load generator against an OpenAI-compatible server.
-    Bench(cmd::bench::Args),
+    Bench(Box<cmd::bench::Args>),
     /// List the controller's agents.
     Agents(cmd::agents::Args),
     /// List jobs.
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Run(a) => cmd::run::run(a).await,
-            Command::Bench(a) => cmd::bench::run(a).await,
+            Command::Bench(a) => cmd::bench::run(*a).await,
             Command::Agents(a) => cmd::agents::run(a).await,
             Command::Jobs(a) => cmd::jobs::run(a).await,
             Command::Watch(a) => cmd::watch::run(a).await,
