@@ -47,7 +47,10 @@ pub enum FlagError {
 
 mod tables;
 
-pub use tables::{builtin_rules, canonical_flag};
+pub use tables::{
+    SGLANG_ATTENTION_BACKENDS, SGLANG_KV_CACHE_DTYPES, SGLANG_MOE_RUNNER_BACKENDS, builtin_rules,
+    canonical_flag,
+};
 
 use crate::EngineKind;
 

@@ -97,7 +97,8 @@ pub const SGLANG_ATTENTION_BACKENDS: &[&str] = &[
     "intel_xpu",
 ];
 
-const SGLANG_KV_CACHE_DTYPES: &[&str] = &[
+/// SGLang `--kv-cache-dtype` values, 0.5.9 and 0.5.23 together.
+pub const SGLANG_KV_CACHE_DTYPES: &[&str] = &[
     "auto",
     "fp8_e5m2",
     "fp8_e4m3",

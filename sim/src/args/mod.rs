@@ -28,30 +28,7 @@ pub enum MoeBackend {
 }
 
 /// Every `--moe-runner-backend` value SGLang accepts.
-pub const MOE_BACKEND_CHOICES: &[&str] = &[
-    "auto",
-    "deep_gemm",
-    "triton",
-    "triton_kernel",
-    "flashinfer_trtllm",
-    "experimental_sgl_trtllm",
-    "flashinfer_trtllm_routed",
-    "flashinfer_cutlass",
-    "flashinfer_mxfp4",
-    "flashinfer_cutedsl",
-    "flashinfer_megamoe",
-    "cutlass",
-    "aiter",
-    "marlin",
-    "humming",
-    "experimental_sgl_marlin",
-    "lora_cutedsl",
-    "lora_triton",
-    "lora_marlin",
-    "hpc_ops",
-    "megamoe",
-    "intel_xpu",
-];
+pub use fleetbench_engines::flags::SGLANG_MOE_RUNNER_BACKENDS as MOE_BACKEND_CHOICES;
 
 impl MoeBackend {
     /// The backends with a cost curve of their own.

@@ -212,47 +212,11 @@ const FLAGS: &[Flag] = &[
 
 pub(super) const GRAPH_BACKENDS: &[&str] = &["full", "breakable", "disabled"];
 
-pub(super) const KV_CACHE_DTYPES: &[&str] = &[
-    "auto",
-    "fp8_e5m2",
-    "fp8_e4m3",
-    "mxfp8",
-    "bf16",
-    "bfloat16",
-    "nvfp4",
-    "fp4_mx_block16",
-    "fp4_e2m1",
-];
-
-pub(super) const ATTENTION_BACKENDS: &[&str] = &[
-    "triton",
-    "torch_native",
-    "flex_attention",
-    "dsa",
-    "nsa",
-    "qsa",
-    "dsv4",
-    "compressed",
-    "cutlass_mla",
-    "fa3",
-    "fa4",
-    "flashinfer",
-    "llada2_cfg_flashinfer",
-    "flashmla",
-    "trtllm_mla",
-    "cutedsl_mla",
-    "tokenspeed_mla",
-    "trtllm_mha",
-    "hpc_ops",
-    "dual_chunk_flash_attn",
-    "minicpm_flashattn",
-    "minicpm_flashinfer",
-    "aiter",
-    "wave",
-    "intel_amx",
-    "ascend",
-    "intel_xpu",
-];
+// SGLang's choice lists are kept once, where the agent and the controller check real
+// engines' flags; the simulator accepts what SGLang accepts.
+pub(super) use fleetbench_engines::flags::{
+    SGLANG_ATTENTION_BACKENDS as ATTENTION_BACKENDS, SGLANG_KV_CACHE_DTYPES as KV_CACHE_DTYPES,
+};
 
 pub(super) fn choice(flag: &str, value: &str, choices: &[&str]) -> Result<(), ArgError> {
     if choices.contains(&value) {
