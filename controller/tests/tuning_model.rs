@@ -2,45 +2,17 @@
 //! flags, 24+ candidates, a constraint), and the model gives it one clear best config, the
 //! truth the search benchmark and the end-to-end test compare with.
 
-use std::collections::BTreeMap;
+mod regress_common;
 
 use fleetbench_controller::spec::search::{SWITCH_ON, SearchSpec};
 use fleetbench_controller::spec::{JobSpec, Levels};
-use fleetbench_controller::tuning::{self, space::Candidate};
-use fleetbench_sim::model::{self, ModelParams};
+use fleetbench_controller::tuning;
+use fleetbench_sim::model;
 
 fn example(name: &str) -> (JobSpec, SearchSpec) {
     let path = fleetbench_testkit::repo_root().join("examples").join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     tuning::parse(name, &text).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-/// The simulator's argv for a candidate: the starting config's flags, the candidate's over them.
-pub fn sim_argv(spec: &JobSpec, c: &Candidate) -> Vec<String> {
-    let mut flags: BTreeMap<String, Option<String>> = spec.configs[0]
-        .flags
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for (k, v) in &c.flags {
-        match v.as_deref() {
-            None => {
-                flags.remove(k);
-            }
-            Some(SWITCH_ON) => {
-                flags.insert(k.clone(), None);
-            }
-            Some(v) => {
-                flags.insert(k.clone(), Some(v.to_string()));
-            }
-        }
-    }
-    let mut argv = Vec::new();
-    for (k, v) in flags {
-        argv.push(k);
-        argv.extend(v);
-    }
-    argv
 }
 
 /// The model's output tokens/s for each candidate at the spec's one concurrency level.
@@ -51,8 +23,7 @@ pub fn model_scores(spec: &JobSpec, search: &SearchSpec) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = tuning::space::candidates(spec, search)
         .iter()
         .map(|c| {
-            let args = fleetbench_sim::parse_args(&sim_argv(spec, c)).expect("sim args");
-            let params = ModelParams::from_args(&args).expect("fits in memory");
+            let params = regress_common::model_params(spec, c).expect("fits in memory");
             let p = model::closed_loop(&params, cs[0], 128, 64, 1152);
             (c.describe(), p.output_tokens_per_s)
         })
@@ -97,8 +68,7 @@ fn the_saturation_example_has_knees_inside_its_bracket() {
         ..Default::default()
     };
     for c in tuning::space::candidates(&spec, &search) {
-        let args = fleetbench_sim::parse_args(&sim_argv(&spec, &c)).unwrap();
-        let params = ModelParams::from_args(&args).unwrap();
+        let params = regress_common::model_params(&spec, &c).expect("fits in memory");
         let knee = model::knee(&params, 128, 64, slo);
         println!("{}: knee {knee}", c.describe());
         assert!(
