@@ -153,7 +153,8 @@ async fn write_results(store: &Store) {
                     finished_unix_ms: t + index as i64 * 5000 + 4000,
                     ..Default::default()
                 }),
-                gpu_power_w: None,
+                // Power measured at the wider level only (none reported at c=1).
+                gpu_power_w: (c == 32).then_some(612.5),
             };
             assert!(store.put_level(&level).await.unwrap());
         }
@@ -245,6 +246,18 @@ async fn compare_report_and_diff_read_the_embedded_store() {
         1 + 8,
         "header + one row per stored level"
     );
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header
+        .iter()
+        .position(|h| *h == "gpu_power_w")
+        .expect("a power column");
+    let power: Vec<&str> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(col).unwrap())
+        .collect();
+    assert_eq!(power.iter().filter(|p| **p == "612.5").count(), 4, "{csv}");
+    assert_eq!(power.iter().filter(|p| p.is_empty()).count(), 4, "{csv}");
 
     let text = ok(&fleetbench(
         dir.path(),

@@ -53,6 +53,7 @@ pub(crate) fn write_csv(path: &Path, results: &GetResultsResponse) -> anyhow::Re
         "requests_per_s",
         "goodput_requests_per_s",
         "peak_concurrency",
+        "gpu_power_w",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -100,6 +101,7 @@ pub(crate) fn write_csv(path: &Path, results: &GetResultsResponse) -> anyhow::Re
             r.requests_per_s.to_string(),
             r.goodput_requests_per_s.to_string(),
             r.peak_concurrency.to_string(),
+            opt(l.gpu_power_w.map(|w| w.to_string())),
         ];
         for d in dists(r) {
             match d {
