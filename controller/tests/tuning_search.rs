@@ -97,7 +97,16 @@ async fn halving_and_grid_find_the_models_best_and_halving_costs_less() {
     );
     let m = sh.margin.as_ref().expect("a margin over the runner-up");
     assert!(
-        m.relative > 0.0 && (0.0..=1.0).contains(&m.confidence),
+        m.relative > 0.0 && (0.0..=1.0).contains(&m.confidence) && m.repeats == 2,
         "{m:?}"
+    );
+    assert!(report.contains("(95%), confidence"), "{report}");
+    // From one repeat a side nothing measured the spread: no interval, no confidence.
+    let mut one = sh.clone();
+    one.margin.as_mut().unwrap().repeats = 1;
+    let text = tuning::render::search(&one);
+    assert!(
+        text.contains("from one repeat each: no spread measured") && !text.contains("(95%)"),
+        "{text}"
     );
 }

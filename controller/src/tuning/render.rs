@@ -91,7 +91,15 @@ pub fn search(o: &TuneOutcome) -> String {
                 power(b.measured.as_ref().and_then(|m| m.score_power_w)),
                 b.candidate.describe()
             );
-            if let Some(m) = &o.margin {
+            if let Some(m) = o.margin.as_ref().filter(|m| m.repeats < 2) {
+                let _ = writeln!(
+                    s,
+                    "margin over {}: {:+.1}% from one repeat each: no spread measured, so no \
+                     interval or confidence (set repeats = 2 or more to get them)",
+                    m.runner_up,
+                    m.relative * 100.0,
+                );
+            } else if let Some(m) = &o.margin {
                 let _ = writeln!(
                     s,
                     "margin over {}: {:+.1}% [{:+.1}% .. {:+.1}%] (95%), confidence {:.0}%",

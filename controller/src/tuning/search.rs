@@ -56,6 +56,9 @@ pub struct Margin {
     pub high: f64,
     /// Share of bootstrap resamples in which the best stays ahead.
     pub confidence: f64,
+    /// Repeats behind the figures (the fewer of the two sides'): with one, nothing measured the
+    /// spread, and the interval and confidence say nothing.
+    pub repeats: usize,
 }
 
 /// The end of a search.
@@ -264,6 +267,7 @@ pub async fn run_search<F: Fleet>(
                         low: c.low,
                         high: c.high,
                         confidence: conf,
+                        repeats: bm.score_repeats.len().min(rm.score_repeats.len()),
                     })
                 }
                 _ => None,
