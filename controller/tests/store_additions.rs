@@ -1,5 +1,6 @@
-//! Store additions for tuning and regression runs, on both backends: jobs listed by kind, and
-//! each level's GPU power kept with it and scored by the per-watt objective.
+//! Store additions for tuning and regression runs, on both backends: jobs listed by kind,
+//! each level's GPU power kept with it and scored by the per-watt objective, and a store of the
+//! schema before power upgraded in place.
 //! SQLite is a temp file; PostgreSQL is `FLEETBENCH_TEST_POSTGRES_URL` (set by
 //! scripts/test.sh; required, never skipped), a fresh database per run.
 
@@ -212,13 +213,67 @@ async fn power(store: Store) {
     store.close().await;
 }
 
-async fn on_sqlite<F: Future<Output = ()>>(check: impl FnOnce(Store) -> F) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("store.db").display());
-    check(Store::open(&url).await.unwrap()).await;
+/// A store that a version-2 controller wrote (before levels had a power column) opens,
+/// migrates to version 3 and keeps its levels; levels stored after carry their power.
+async fn upgrade_from_v2(url: String) {
+    let store = Store::open(&url).await.unwrap();
+    let t = trial("u", 0, "old");
+    store
+        .insert_job(&job("u", JobKind::Sweep, 1), &[], std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .put_level(&level(&t, "h", 0, 1234.0, None))
+            .await
+            .unwrap()
+    );
+    // Back to what version 2 left: no power column, migration 3 not applied.
+    store
+        .execute_raw("ALTER TABLE levels DROP COLUMN gpu_power_w")
+        .await
+        .unwrap();
+    store
+        .execute_raw("DELETE FROM _sqlx_migrations WHERE version = 3")
+        .await
+        .unwrap();
+    store.close().await;
+
+    let store = Store::open(&url).await.expect("a version-2 store migrates");
+    let levels = store.levels("u").await.unwrap();
+    assert_eq!(levels.len(), 1);
+    let r = levels[0].result.as_ref().unwrap();
+    assert_eq!((r.output_tokens_per_s, r.completed), (1234.0, 100));
+    assert_eq!(levels[0].gpu_power_w, None);
+    assert!(
+        store
+            .put_level(&level(&t, "h", 1, 2000.0, Some(700.0)))
+            .await
+            .unwrap()
+    );
+    let watts: Vec<Option<f64>> = store
+        .levels("u")
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.gpu_power_w)
+        .collect();
+    assert_eq!(watts, [None, Some(700.0)]);
+    store.close().await;
 }
 
-async fn on_postgres<F: Future<Output = ()>>(what: &str, check: impl FnOnce(Store) -> F) {
+/// Runs `check` with the URL of a fresh SQLite store.
+async fn sqlite_url<F: Future<Output = ()>>(check: impl FnOnce(String) -> F) {
+    let dir = tempfile::tempdir().unwrap();
+    check(format!(
+        "sqlite://{}",
+        dir.path().join("store.db").display()
+    ))
+    .await;
+}
+
+/// Runs `check` with the URL of a fresh PostgreSQL database, dropped afterwards.
+async fn postgres_url<F: Future<Output = ()>>(what: &str, check: impl FnOnce(String) -> F) {
     let base = std::env::var("FLEETBENCH_TEST_POSTGRES_URL").expect(
         "FLEETBENCH_TEST_POSTGRES_URL is not set: the store additions must also run against \
          PostgreSQL (scripts/test.sh starts one and sets it)",
@@ -234,11 +289,22 @@ async fn on_postgres<F: Future<Output = ()>>(what: &str, check: impl FnOnce(Stor
         .await
         .unwrap();
     let (prefix, _) = base.rsplit_once('/').expect("url has a database");
-    check(Store::open(&format!("{prefix}/{name}")).await.unwrap()).await;
+    check(format!("{prefix}/{name}")).await;
     admin
         .execute_raw(&format!("DROP DATABASE {name}"))
         .await
         .unwrap();
+}
+
+async fn on_sqlite<F: Future<Output = ()>>(check: impl FnOnce(Store) -> F) {
+    sqlite_url(|url| async move { check(Store::open(&url).await.unwrap()).await }).await;
+}
+
+async fn on_postgres<F: Future<Output = ()>>(what: &str, check: impl FnOnce(Store) -> F) {
+    postgres_url(what, |url| async move {
+        check(Store::open(&url).await.unwrap()).await
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -259,4 +325,14 @@ async fn level_power_sqlite() {
 #[tokio::test]
 async fn level_power_postgres() {
     on_postgres("power", power).await;
+}
+
+#[tokio::test]
+async fn a_version_2_store_upgrades_sqlite() {
+    sqlite_url(upgrade_from_v2).await;
+}
+
+#[tokio::test]
+async fn a_version_2_store_upgrades_postgres() {
+    postgres_url("upgrade", upgrade_from_v2).await;
 }
