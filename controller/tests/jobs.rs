@@ -14,8 +14,8 @@ use fleetbench_proto::agentpb::{
     engine_event,
 };
 use fleetbench_proto::controllerpb::{
-    CancelJobRequest, GetResultsRequest, JobState, ListJobsRequest, RunState, SubmitJobRequest,
-    TrialState, WatchJobRequest, controller_client::ControllerClient, job_event,
+    CancelJobRequest, GetResultsRequest, GetResultsResponse, JobState, ListJobsRequest, RunState,
+    SubmitJobRequest, TrialState, WatchJobRequest, controller_client::ControllerClient, job_event,
 };
 
 async fn controller(
@@ -62,6 +62,21 @@ requests = {requests}
     )
 }
 
+/// Everything stored for job `id`, with its telemetry when asked.
+async fn results(
+    c: &mut ControllerClient<tonic::transport::Channel>,
+    id: &str,
+    include_telemetry: bool,
+) -> GetResultsResponse {
+    c.get_results(GetResultsRequest {
+        job_ids: vec![id.to_string()],
+        include_telemetry,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
 async fn submit(c: &mut ControllerClient<tonic::transport::Channel>, text: &str) -> String {
     let r = c
         .submit_job(SubmitJobRequest {
@@ -92,14 +107,7 @@ async fn a_crash_is_a_result_and_the_engine_restarts_for_the_next_level() {
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     assert_eq!((job.levels_done, job.levels_total, job.crashes), (3, 3, 1));
 
-    let r = c
-        .get_results(GetResultsRequest {
-            job_ids: vec![id.clone()],
-            include_telemetry: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = results(&mut c, &id, true).await;
     let outcomes: Vec<i32> = r
         .levels
         .iter()
@@ -196,14 +204,7 @@ async fn cancel_ends_the_job_and_leaves_the_engine_stopped() {
     // Nothing runs after the cancel.
     let done = job.levels_done;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let r = c
-        .get_results(GetResultsRequest {
-            job_ids: vec![id.clone()],
-            include_telemetry: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = results(&mut c, &id, false).await;
     assert_eq!(r.levels.len() as u32, done);
     assert_eq!(r.runs.last().unwrap().state, RunState::Cancelled as i32);
     let trials = ctl.store.trials(&id).await.unwrap();
@@ -228,14 +229,7 @@ async fn an_engine_that_cannot_start_is_a_classified_result() {
     let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     assert_eq!((job.trials_done, job.levels_done, job.crashes), (2, 2, 1));
-    let r = c
-        .get_results(GetResultsRequest {
-            job_ids: vec![id.clone()],
-            include_telemetry: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = results(&mut c, &id, false).await;
     let b_runs: Vec<_> = r.runs.iter().filter(|r| r.config_name == "B").collect();
     assert_eq!(
         b_runs.len(),
@@ -429,14 +423,7 @@ async fn a_job_runs_on_a_postgres_store() {
     let job = wait_job(&mut c, &id, Duration::from_secs(180)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     assert_eq!((job.trials_done, job.levels_done), (4, 12));
-    let r = c
-        .get_results(GetResultsRequest {
-            job_ids: vec![id.clone()],
-            include_telemetry: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = results(&mut c, &id, false).await;
     assert_eq!(r.levels.len(), 12);
     assert_eq!(r.configs.len(), 2);
     let hosts: std::collections::BTreeSet<_> = r.runs.iter().map(|r| r.host.as_str()).collect();

@@ -7,58 +7,19 @@
 mod common;
 #[path = "dashboards_common/mod.rs"]
 mod dashboards_common;
+mod otlp_receiver;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fleetbench_controller::metrics::names;
 use fleetbench_controller::{HostConfig, metrics::Metrics};
 use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
 use fleetbench_support::telemetry;
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-    metrics_service_server::{MetricsService, MetricsServiceServer},
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-    trace_service_server::{TraceService, TraceServiceServer},
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::metric;
-
-#[derive(Clone, Default)]
-struct Receiver {
-    traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
-    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.traces.lock().unwrap().push(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-#[tonic::async_trait]
-impl MetricsService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.metrics.lock().unwrap().push(request.into_inner());
-        Ok(tonic::Response::new(ExportMetricsServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Val {
@@ -198,15 +159,7 @@ requests = 8
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
     // The receiver.
-    let receiver = Receiver::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(receiver.clone()))
-            .add_service(MetricsServiceServer::new(receiver.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let (receiver, otlp) = otlp_receiver::Receiver::start();
 
     // Telemetry of this process (the controller), then the controller, then the agent.
     let guard = telemetry::init(telemetry::TelemetryConfig {
@@ -271,7 +224,6 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
     drop(guard); // spans, then metrics
     let spans = flatten(&receiver.traces.lock().unwrap());
     let metrics = receiver.metrics.lock().unwrap().clone();
-    server.abort();
 
     // --- the span tree -------------------------------------------------------------------
     let ctl: Vec<&Span> = spans
