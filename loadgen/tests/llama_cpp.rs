@@ -11,7 +11,17 @@ use common::config;
 use fleetbench_loadgen::{Api, Level, Runner};
 use tokio_util::sync::CancellationToken;
 
-struct Llama(Child);
+/// The server and where its log goes (shown when an assertion fails: a request that never
+/// finishes is then told apart as the server's or the client's).
+struct Llama(Child, tempfile::NamedTempFile);
+
+impl Llama {
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.1.path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
 
 impl Drop for Llama {
     fn drop(&mut self) {
@@ -38,6 +48,7 @@ fn health(port: u16) -> bool {
 fn start_llama() -> (Llama, String) {
     let ll = fleetbench_testkit::llama_cpp();
     let port = fleetbench_testkit::free_port();
+    let log = tempfile::NamedTempFile::new().expect("log file");
     let child = Command::new(&ll.server)
         .arg("-m")
         .arg(&ll.model)
@@ -52,10 +63,10 @@ fn start_llama() -> (Llama, String) {
             "2",
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log.reopen().expect("log file"))
         .spawn()
         .expect("spawn llama-server");
-    let guard = Llama(child);
+    let guard = Llama(child, log);
     let t = Instant::now();
     while !health(port) {
         assert!(
@@ -69,7 +80,7 @@ fn start_llama() -> (Llama, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_and_chat_against_llama_server() {
-    let (_llama, url) = start_llama();
+    let (llama, url) = start_llama();
     for api in [Api::Completions, Api::Chat] {
         let mut cfg = config(&url, 24, 12, vec![Level::closed(2)], 6);
         cfg.api = api;
@@ -81,7 +92,23 @@ async fn completions_and_chat_against_llama_server() {
             .run_level_detailed(0, &Level::closed(2), None, CancellationToken::new(), true)
             .await;
         let r = &out.report;
-        assert_eq!((r.completed, r.failed), (6, 0), "{api:?}: {r:?}");
+        assert_eq!(
+            (r.completed, r.failed),
+            (6, 0),
+            "{api:?}: {r:?}\nfailed requests: {:?}\nllama-server log:\n{}",
+            out.records
+                .iter()
+                .filter(|rec| rec.error.is_some())
+                .map(|rec| (
+                    rec.index,
+                    rec.sent_ms,
+                    rec.first_byte_ms,
+                    rec.token_ms.len(),
+                    &rec.error
+                ))
+                .collect::<Vec<_>>(),
+            llama.log_tail()
+        );
         assert_eq!(
             r.output_tokens,
             6 * 12,
