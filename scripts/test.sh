@@ -65,6 +65,9 @@ if [ -z "${FLEETBENCH_TEST_POSTGRES_URL:-}" ]; then
 fi
 
 # --- Build and test --------------------------------------------------------------------------
+# A CI checkout is built once: incremental caches would only take disk (several GiB here).
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}; fi
+log "disk before the build: $(df -h --output=avail . | tail -1 | tr -d ' ') free"
 log "building all binaries"
 cargo build --workspace --bins --tests --locked
 log "running tests"
@@ -77,6 +80,7 @@ if command -v cargo-nextest >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast -- --test-threads 1 "$@" || status=$?
 fi
+log "disk after the tests: $(df -h --output=avail . | tail -1 | tr -d ' ') free, target/ $(du -sh "${CARGO_TARGET_DIR:-target}" 2>/dev/null | cut -f1)"
 # Lints run after the tests so that one CI run shows every failure; any of them fails the run.
 if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
   log "cargo fmt --check"
