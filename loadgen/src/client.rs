@@ -185,11 +185,13 @@ impl Conn {
         .await
     }
 
-    /// Sends `req`; returns the response head once it arrives, with the actual send instant.
+    /// Sends `req`; returns the response head once it arrives. The actual send instant goes to
+    /// `sent` the moment the request leaves, so a request whose answer never comes keeps it.
     pub async fn send(
         &mut self,
         req: http::Request<Full<Bytes>>,
-    ) -> Result<(Instant, http::Response<Incoming>), Failure> {
+        sent: &mut Option<Instant>,
+    ) -> Result<http::Response<Incoming>, Failure> {
         self.send_failed = true;
         let Conn {
             sender,
@@ -205,7 +207,7 @@ impl Conn {
                     format!("connection not ready: {e}"),
                 )
             })?;
-        let sent = Instant::now();
+        *sent = Some(Instant::now());
         let resp = Self::drive(driver, closed, 2, sender.send_request(req))
             .await
             .map_err(|e| {
@@ -217,7 +219,7 @@ impl Conn {
                 Failure::new(kind, format!("request failed: {e}"))
             })?;
         self.send_failed = false;
-        Ok((sent, resp))
+        Ok(resp)
     }
 
     /// The next body chunk with the instant it arrived (taken before anything looks at it);
@@ -271,11 +273,15 @@ pub(crate) struct Streamed {
     pub counted_tokens: u64,
 }
 
-/// Per-slot reusable buffers: the SSE scanner and the token chunk list `(arrival, tokens)`.
+/// Per-slot reusable buffers: the SSE scanner, and what the current request measured so far
+/// (kept when it fails or times out, so its record still shows how far it got).
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     pub scanner: SseScanner,
+    /// `(arrival, tokens)` of each token-bearing chunk.
     pub chunks: Vec<(Instant, u32)>,
+    pub sent: Option<Instant>,
+    pub first_byte: Option<Instant>,
 }
 
 /// Streams one request over `conn`; token-bearing chunks land in `scratch.chunks`.
@@ -286,7 +292,10 @@ pub(crate) async fn stream_request(
 ) -> Result<Streamed, Failure> {
     scratch.scanner.reset();
     scratch.chunks.clear();
-    let (sent, resp) = conn.send(req).await?;
+    scratch.first_byte = None;
+    scratch.sent = None;
+    let resp = conn.send(req, &mut scratch.sent).await?;
+    let sent = scratch.sent.expect("set by a successful send");
     let (head, mut body) = resp.into_parts();
     if head.status != http::StatusCode::OK {
         let text = conn.read_body(&mut body, 2048).await.unwrap_or_default();
@@ -300,7 +309,6 @@ pub(crate) async fn stream_request(
             ),
         ));
     }
-    let mut first_byte = None;
     let mut usage: Option<(u64, u64)> = None;
     let mut counted = 0u64;
     let mut done: Option<Instant> = None;
@@ -324,7 +332,7 @@ pub(crate) async fn stream_request(
                 ));
             }
         };
-        first_byte.get_or_insert(at);
+        scratch.first_byte.get_or_insert(at);
         if done.is_some() {
             continue; // draining the body's end so the connection can be reused
         }
@@ -399,7 +407,7 @@ pub(crate) async fn stream_request(
     conn.served += 1;
     Ok(Streamed {
         sent,
-        first_byte,
+        first_byte: scratch.first_byte,
         end,
         usage,
         counted_tokens: counted,
@@ -428,8 +436,8 @@ async fn call_json_inner(
     body: Bytes,
 ) -> Result<(u16, Vec<u8>), String> {
     let mut conn = Conn::open(target.addr).await.map_err(|f| f.message)?;
-    let (_, resp) = conn
-        .send(target.request(method, path, body))
+    let resp = conn
+        .send(target.request(method, path, body), &mut None)
         .await
         .map_err(|f| f.message)?;
     let (head, mut body) = resp.into_parts();
@@ -481,9 +489,12 @@ impl SetupClient {
             }
             let conn = self.conn.as_mut().expect("connection opened above");
             let resp = conn
-                .send(self.target.request(method.clone(), path, body.clone()))
+                .send(
+                    self.target.request(method.clone(), path, body.clone()),
+                    &mut None,
+                )
                 .await;
-            let (_, resp) = match resp {
+            let resp = match resp {
                 Ok(r) => r,
                 Err(f) if attempt == 0 && f.kind == FailureKind::StreamClosedEarly => {
                     self.conn = None; // a keep-alive connection the server had closed

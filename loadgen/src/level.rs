@@ -16,8 +16,22 @@ pub(crate) struct Measured<'a> {
     pub intended: Instant,
     pub prompt: &'a Prompt,
     pub outcome: Result<Streamed, Failure>,
+    /// When the request left and its first byte came back, also for a failed request.
+    pub sent: Option<Instant>,
+    pub first_byte: Option<Instant>,
     /// `(arrival, tokens)` of each token-bearing chunk.
     pub chunks: &'a [(Instant, u32)],
+}
+
+/// Arrival of each token, ms from the intended send time (a chunk of k tokens gives k).
+fn token_ms(intended: Instant, chunks: &[(Instant, u32)]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(chunks.iter().map(|&(_, k)| k as usize).sum());
+    for &(at, k) in chunks {
+        for _ in 0..k {
+            out.push(ms(intended, at));
+        }
+    }
+    out
 }
 
 #[derive(Debug, Default)]
@@ -63,20 +77,23 @@ impl Accum {
                     self.first_failure = Some(format!("{}: {}", f.kind.key(), f.message));
                 }
                 if details {
+                    // How far it got is kept: a stall before the answer, before the first
+                    // token or mid-stream reads differently.
+                    let token_ms = token_ms(m.intended, m.chunks);
                     self.records.push(RequestRecord {
                         level_index,
                         index: m.index,
                         intended_ms: ms(start, m.intended),
-                        sent_ms: None,
-                        first_byte_ms: None,
-                        ttft_ms: None,
+                        sent_ms: m.sent.map(|t| ms(start, t)),
+                        first_byte_ms: m.first_byte.map(|t| ms(m.intended, t)),
+                        ttft_ms: token_ms.first().copied(),
                         e2e_ms: None,
                         expected_input_tokens: m.prompt.input_len,
                         max_tokens: m.prompt.output_len,
                         input_tokens: 0,
-                        output_tokens: 0,
+                        output_tokens: token_ms.len() as u64,
                         usage_reported: false,
-                        token_ms: Vec::new(),
+                        token_ms,
                         error_kind: Some(f.kind.key()),
                         error: Some(f.message),
                     });
@@ -128,12 +145,7 @@ impl Accum {
         });
         self.good += u64::from(good);
         if details {
-            let mut token_ms = Vec::with_capacity(output as usize);
-            for &(at, k) in m.chunks {
-                for _ in 0..k {
-                    token_ms.push(ms(m.intended, at));
-                }
-            }
+            let token_ms = token_ms(m.intended, m.chunks);
             self.records.push(RequestRecord {
                 level_index,
                 index: m.index,

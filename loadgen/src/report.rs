@@ -48,7 +48,9 @@ pub struct BenchReport {
 }
 
 /// One request as measured, for `--output-details` (JSON lines). Times are milliseconds from
-/// the level's start; latencies from the intended send time.
+/// the level's start; latencies from the intended send time. A failed request keeps what it
+/// measured before it failed (send, first byte, the tokens that arrived); only the level's
+/// completed requests count in its statistics.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RequestRecord {
     pub level_index: usize,

@@ -6,10 +6,14 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Sim, chunk, config, raw_server, sse_head};
-use fleetbench_loadgen::{DatasetSpec, Level, LoadgenError, Runner};
+use fleetbench_loadgen::{DatasetSpec, Level, LevelOutcome, LoadgenError, Runner};
 use tokio_util::sync::CancellationToken;
 
 async fn run_against(url: &str, requests: u32) -> fleetbench_loadgen::LevelReport {
+    run_detailed(url, requests).await.report
+}
+
+async fn run_detailed(url: &str, requests: u32) -> LevelOutcome {
     let mut cfg = config(url, 8, 4, vec![Level::closed(2)], requests);
     cfg.model = Some("m".into());
     // Prompts from a file: these servers answer every call with their one broken reply, so
@@ -24,7 +28,7 @@ async fn run_against(url: &str, requests: u32) -> fleetbench_loadgen::LevelRepor
     let runner = Runner::new(cfg).await.expect("runner");
     tokio::time::timeout(
         Duration::from_secs(30),
-        runner.run_level(0, &Level::closed(2), None, CancellationToken::new()),
+        runner.run_level_detailed(0, &Level::closed(2), None, CancellationToken::new(), true),
     )
     .await
     .expect("a failing level must not hang")
@@ -99,14 +103,27 @@ async fn a_stream_closed_early_is_a_typed_failure() {
     let ev = "data: {\"choices\":[{\"text\":\"a\",\"finish_reason\":null}]}\n\n";
     // Two events, then the connection closes without the final chunk or [DONE].
     let url = raw_server(vec![sse_head(), chunk(ev), chunk(ev)]).await;
-    let r = run_against(&url, 4).await;
+    let out = run_detailed(&url, 4).await;
+    let r = &out.report;
     assert_eq!(
         r.failures_by_kind.get("stream_closed_early"),
         Some(&4),
         "{:?}",
         r.failures_by_kind
     );
-    assert!(r.error.unwrap().contains("stream"));
+    assert!(r.error.as_deref().unwrap().contains("stream"));
+    // Each failed request keeps what it measured: when it left, its first byte, its two tokens.
+    assert_eq!(out.records.len(), 4);
+    for rec in &out.records {
+        assert_eq!(rec.error_kind.as_deref(), Some("stream_closed_early"));
+        let sent = rec.sent_ms.expect("sent instant kept");
+        let first = rec.first_byte_ms.expect("first byte kept");
+        assert!(sent >= rec.intended_ms && first >= 0.0, "{rec:?}");
+        assert_eq!(rec.token_ms.len(), 2, "{rec:?}");
+        assert_eq!(rec.output_tokens, 2);
+        assert_eq!(rec.ttft_ms, Some(rec.token_ms[0]));
+        assert!(rec.token_ms[0] >= first && rec.e2e_ms.is_none(), "{rec:?}");
+    }
 }
 
 #[tokio::test]
@@ -158,15 +175,28 @@ async fn a_hung_server_times_out_and_cancel_returns_at_once() {
     let mut cfg = config(&sim.url, 8, 4, vec![Level::closed(2)], 6);
     cfg.request_timeout = Duration::from_secs(600);
     let runner2 = Runner::new(cfg).await.expect("runner");
-    let r = runner
-        .run_level(0, &Level::closed(2), None, CancellationToken::new())
+    let out = runner
+        .run_level_detailed(0, &Level::closed(2), None, CancellationToken::new(), true)
         .await;
+    let r = &out.report;
     assert_eq!(r.completed + r.failed, 6);
     assert!(
         r.failures_by_kind.get("timeout").copied().unwrap_or(0) >= 3,
         "{:?}",
         r.failures_by_kind
     );
+    // A timed-out request's record says it was sent and that no byte came back.
+    for rec in out
+        .records
+        .iter()
+        .filter(|rec| rec.error_kind.as_deref() == Some("timeout"))
+    {
+        assert!(
+            rec.sent_ms.is_some() && rec.first_byte_ms.is_none(),
+            "{rec:?}"
+        );
+        assert!(rec.token_ms.is_empty(), "{rec:?}");
+    }
     // Cancelling a level stuck on a hung server ends it promptly, marked as cancelled.
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::config;
-use fleetbench_loadgen::{Api, Level, Runner};
+use fleetbench_loadgen::{Api, Level, LevelOutcome, Runner};
 use tokio_util::sync::CancellationToken;
 
 /// The server and where its log goes (shown when an assertion fails: a request that never
@@ -78,36 +78,69 @@ fn start_llama() -> (Llama, String) {
     (guard, format!("http://127.0.0.1:{port}"))
 }
 
+/// What a failed level shows: the failed requests (sent, first byte, tokens, error) and the
+/// tail of llama-server's log, so a request that never finishes is told apart as the server's
+/// or the client's.
+fn failure_story(out: &LevelOutcome, llama: &Llama) -> String {
+    format!(
+        "{:?}\nfailed requests: {:?}\nllama-server log:\n{}",
+        out.report,
+        out.records
+            .iter()
+            .filter(|rec| rec.error.is_some())
+            .map(|rec| (
+                rec.index,
+                rec.sent_ms,
+                rec.first_byte_ms,
+                rec.token_ms.len(),
+                &rec.error
+            ))
+            .collect::<Vec<_>>(),
+        llama.log_tail()
+    )
+}
+
+async fn run_level(url: &str, api: Api) -> LevelOutcome {
+    let mut cfg = config(url, 24, 12, vec![Level::closed(2)], 6);
+    cfg.api = api;
+    // Twelve tokens from a 135M model take well under a second; 30 s is only a hang guard.
+    cfg.request_timeout = Duration::from_secs(30);
+    let runner = Runner::new(cfg).await.expect("runner");
+    assert!(!runner.model().is_empty(), "model from /v1/models");
+    assert_eq!(runner.shaping().source, "server /tokenize");
+    runner
+        .run_level_detailed(0, &Level::closed(2), None, CancellationToken::new(), true)
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_and_chat_against_llama_server() {
-    let (llama, url) = start_llama();
+    let (mut llama, mut url) = start_llama();
     for api in [Api::Completions, Api::Chat] {
-        let mut cfg = config(&url, 24, 12, vec![Level::closed(2)], 6);
-        cfg.api = api;
-        cfg.request_timeout = Duration::from_secs(120);
-        let runner = Runner::new(cfg).await.expect("runner");
-        assert!(!runner.model().is_empty(), "model from /v1/models");
-        assert_eq!(runner.shaping().source, "server /tokenize");
-        let out = runner
-            .run_level_detailed(0, &Level::closed(2), None, CancellationToken::new(), true)
-            .await;
+        let mut out = run_level(&url, api).await;
+        // Once in some thirty runs here one request of the pair got no response at all for
+        // 120 s; llama-server has known stalls of this shape (a task left in its deferred
+        // queue while the slot idles). A level with a timed-out request gets one more try on a
+        // fresh server, its story printed; any other failure, or a second timeout, fails.
+        let timed_out = out
+            .records
+            .iter()
+            .any(|rec| rec.error_kind.as_deref() == Some("timeout"));
+        if timed_out {
+            eprintln!(
+                "{api:?}: a request timed out; retrying on a fresh llama-server\n{}",
+                failure_story(&out, &llama)
+            );
+            drop(llama);
+            (llama, url) = start_llama();
+            out = run_level(&url, api).await;
+        }
         let r = &out.report;
         assert_eq!(
             (r.completed, r.failed),
             (6, 0),
-            "{api:?}: {r:?}\nfailed requests: {:?}\nllama-server log:\n{}",
-            out.records
-                .iter()
-                .filter(|rec| rec.error.is_some())
-                .map(|rec| (
-                    rec.index,
-                    rec.sent_ms,
-                    rec.first_byte_ms,
-                    rec.token_ms.len(),
-                    &rec.error
-                ))
-                .collect::<Vec<_>>(),
-            llama.log_tail()
+            "{api:?}: {}",
+            failure_story(&out, &llama)
         );
         assert_eq!(
             r.output_tokens,

@@ -233,6 +233,10 @@ impl Slot {
         let now_in_flight = sh.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         sh.peak.fetch_max(now_in_flight, Ordering::Relaxed);
         let Slot { conn, scratch } = self;
+        // A request that fails before it is sent must not show the previous one's figures.
+        scratch.sent = None;
+        scratch.first_byte = None;
+        scratch.chunks.clear();
         let outcome = tokio::time::timeout(sh.timeout, async {
             // A kept-alive connection the server closed while it sat idle fails before any
             // answer: that is no failure of the server under test, so retry once on a new one.
@@ -280,6 +284,8 @@ impl Slot {
             intended,
             prompt,
             outcome,
+            sent: scratch.sent,
+            first_byte: scratch.first_byte,
             chunks: &scratch.chunks,
         };
         sh.acc.lock().unwrap_or_else(|e| e.into_inner()).add(
