@@ -96,7 +96,10 @@ type Driver = Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
 /// A keep-alive connection whose driver is polled by whoever awaits on it.
 pub(crate) struct Conn {
     sender: SendRequest<Full<Bytes>>,
-    driver: Driver,
+    /// `None` once the connection has finished: a finished driver is dropped at once, because
+    /// only dropping it fails the requests still queued on it (see `drive`).
+    driver: Option<Driver>,
+    /// No further request may go on this connection.
     closed: bool,
     /// Requests answered on this connection.
     pub served: u32,
@@ -138,7 +141,7 @@ impl Conn {
             })?;
         Ok(Conn {
             sender,
-            driver: Box::pin(driver),
+            driver: Some(Box::pin(driver)),
             closed: false,
             served: 0,
             send_failed: false,
@@ -165,7 +168,7 @@ impl Conn {
     /// hundreds of streams waits for a full round of every other task. Body frames need one:
     /// the driver decodes, then `fut` takes the frame.
     async fn drive<T>(
-        driver: &mut Driver,
+        driver: &mut Option<Driver>,
         closed: &mut bool,
         rounds: u32,
         fut: impl Future<Output = T>,
@@ -173,7 +176,14 @@ impl Conn {
         let mut fut = std::pin::pin!(fut);
         std::future::poll_fn(|cx| {
             for _ in 0..rounds {
-                if !*closed && driver.as_mut().poll(cx).is_ready() {
+                if let Some(d) = driver.as_mut()
+                    && d.as_mut().poll(cx).is_ready()
+                {
+                    // The server closed the connection, perhaps just as a request was queued
+                    // on it (an idle keep-alive timing out). The finished driver never takes
+                    // that request, and a driver kept would leave it waiting forever; dropping
+                    // it fails the request, which the caller may retry on a new connection.
+                    *driver = None;
                     *closed = true;
                 }
                 if let Poll::Ready(v) = fut.as_mut().poll(cx) {
@@ -512,3 +522,6 @@ impl SetupClient {
         Err("connection closed twice".into())
     }
 }
+
+#[cfg(test)]
+mod tests;
