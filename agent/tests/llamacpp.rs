@@ -108,17 +108,7 @@ async fn llama_server_apply_restart_benchmark_metrics() {
     }
 
     // Its /metrics through the stream: llama.cpp's own names, mapped and raw.
-    let mut ms = c
-        .stream_metrics(agentpb::StreamMetricsRequest {
-            interval_ms: 250,
-            gpu: false,
-            engine: true,
-            process: true,
-            engine_raw: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut ms = engine_metrics(&mut c, 250, false).await;
     let s = tokio::time::timeout(Duration::from_secs(10), ms.next())
         .await
         .unwrap()

@@ -16,18 +16,7 @@ async fn apply_restart_benchmark_metrics_stop() {
     let port = fleetbench_testkit::free_port();
 
     // First flag set.
-    let ev = apply(
-        &mut c,
-        spec(
-            "sim",
-            "sim-model",
-            port,
-            &[("--max-running-requests", Some("8"))],
-        ),
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap();
+    let ev = apply_sim(&mut c, port, &[("--max-running-requests", Some("8"))]).await;
     let first = spawned(&ev).expect("spawned event").clone();
     let r = ready(&ev).unwrap_or_else(|| panic!("not ready: {ev:?}\n{}", agent.log_text()));
     assert_eq!(r.base_url, format!("http://127.0.0.1:{port}"));
@@ -57,21 +46,15 @@ async fn apply_restart_benchmark_metrics_stop() {
         .into_inner();
 
     // Second flag set: the first engine is stopped and its whole group is gone.
-    let ev = apply(
+    let ev = apply_sim(
         &mut c,
-        spec(
-            "sim",
-            "sim-model",
-            port,
-            &[
-                ("--max-running-requests", Some("16")),
-                ("--disable-cuda-graph", None),
-            ],
-        ),
-        Duration::from_secs(60),
+        port,
+        &[
+            ("--max-running-requests", Some("16")),
+            ("--disable-cuda-graph", None),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     assert!(
         ev.iter()
             .any(|e| matches!(e, Event::Stopping(s) if s.pid == first.pid)),
@@ -165,17 +148,7 @@ async fn apply_restart_benchmark_metrics_stop() {
     );
 
     // Metrics: engine series (mapped and raw), the engine group's CPU and memory.
-    let mut ms = c
-        .stream_metrics(agentpb::StreamMetricsRequest {
-            interval_ms: 200,
-            gpu: true,
-            engine: true,
-            process: true,
-            engine_raw: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut ms = engine_metrics(&mut c, 200, true).await;
     let mut samples = Vec::new();
     while samples.len() < 3 {
         samples.push(
@@ -271,18 +244,7 @@ async fn crash_above_batch_size_ends_the_level_crashed_with_the_traceback() {
     let agent = Agent::start("").expect("agent starts");
     let mut c = agent.client().await.unwrap();
     let port = fleetbench_testkit::free_port();
-    let ev = apply(
-        &mut c,
-        spec(
-            "sim",
-            "sim-model",
-            port,
-            &[("--crash-above-batch", Some("4"))],
-        ),
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap();
+    let ev = apply_sim(&mut c, port, &[("--crash-above-batch", Some("4"))]).await;
     let pid = spawned(&ev).unwrap().pid;
     assert!(ready(&ev).is_some(), "{ev:?}");
 

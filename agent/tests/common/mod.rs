@@ -141,6 +141,40 @@ pub async fn apply(
     Ok(events)
 }
 
+/// Applies the `sim` profile (model `sim-model`) on `port` with `flags`; its events.
+pub async fn apply_sim(
+    client: &mut AgentClient<Channel>,
+    port: u16,
+    flags: &[(&str, Option<&str>)],
+) -> Vec<Event> {
+    apply(
+        client,
+        spec("sim", "sim-model", port, flags),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("apply the simulated engine")
+}
+
+/// A metrics stream with the engine's series (mapped and raw) and its processes' figures.
+pub async fn engine_metrics(
+    client: &mut AgentClient<Channel>,
+    interval_ms: u32,
+    gpu: bool,
+) -> tonic::Streaming<agentpb::MetricsSample> {
+    client
+        .stream_metrics(agentpb::StreamMetricsRequest {
+            interval_ms,
+            gpu,
+            engine: true,
+            process: true,
+            engine_raw: true,
+        })
+        .await
+        .expect("metrics stream")
+        .into_inner()
+}
+
 pub fn ready(events: &[Event]) -> Option<&agentpb::Ready> {
     events.iter().find_map(|e| match e {
         Event::Ready(r) => Some(r),
