@@ -234,14 +234,31 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
+        // Sampled only once `yes` has run user code: caught inside its exec, the child has a
+        // new, still empty address space and shows no resident memory (seen once in CI).
+        let stat = format!("/proc/{}/stat", child.id());
+        let user_ticks = || {
+            let text = std::fs::read_to_string(&stat).unwrap_or_default();
+            let after_comm = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+            // Fields after the command: state is field 3 of the line, utime field 14.
+            after_comm
+                .split_whitespace()
+                .nth(11)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let t = std::time::Instant::now();
+        while user_ticks() == 0 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let mut s = ProcessSampler::new(child.id() as i32);
         let first = s.sample();
-        assert_eq!(first.process_count, 1);
-        assert!(first.rss_bytes > 0);
         std::thread::sleep(Duration::from_millis(300));
         let second = s.sample();
         let _ = child.kill();
         let _ = child.wait();
+        assert_eq!(first.process_count, 1);
+        assert!(first.rss_bytes > 0, "{first:?}");
         assert!(second.cpu_pct > 10.0, "{second:?}");
     }
 }
