@@ -14,17 +14,7 @@ pub(crate) fn stream_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyh
     let secs: f64 = flag(args, "--seconds", 3.0);
     let tokens: u32 = flag(args, "--tokens", 256);
     let concs: String = flag(args, "--concurrency", "64,512".to_string());
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let (server_cpu, client_cpu) = if cpus >= 2 {
-        (Some(cpus - 1), Some(0))
-    } else {
-        (None, None)
-    };
-    if let Some(c) = client_cpu {
-        pin_self(c);
-    }
+    let (server_cpu, client_cpu) = split_cpus();
     let hz = 100.0; // USER_HZ on Linux
     println!(
         "simulator pinned to cpu {server_cpu:?}, client to cpu {client_cpu:?}, {tokens} tokens per request, {secs} s per run"
@@ -257,17 +247,7 @@ pub(crate) fn predict_main(args: &[String]) -> anyhow::Result<()> {
 pub(crate) fn latency_main(args: &[String], rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let concs: String = flag(args, "--concurrency", "1,64,512".to_string());
     let tokens: u32 = flag(args, "--tokens", 64);
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let (server_cpu, client_cpu) = if cpus >= 2 {
-        (Some(cpus - 1), Some(0))
-    } else {
-        (None, None)
-    };
-    if let Some(c) = client_cpu {
-        pin_self(c);
-    }
+    let (server_cpu, _client_cpu) = split_cpus();
     let writes: String = flag(args, "--writes", "per-token".to_string());
     let sim_cpus: usize = flag(args, "--sim-cpus", 1);
     let sim_args: Vec<String> = [
@@ -312,4 +292,17 @@ pub(crate) fn latency_main(args: &[String], rt: &tokio::runtime::Runtime) -> any
         );
     }
     Ok(())
+}
+
+/// Pins this process (the client) to the first CPU and gives the simulator the last, so the
+/// two never share a core; on one CPU neither is pinned. Returns `(server, client)`.
+fn split_cpus() -> (Option<usize>, Option<usize>) {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if cpus < 2 {
+        return (None, None);
+    }
+    pin_self(0);
+    (Some(cpus - 1), Some(0))
 }
