@@ -97,17 +97,11 @@ fn trial(job: &str, pos: u32, config: &str) -> TrialRow {
 }
 
 fn level(t: &TrialRow, host: &str, index: u32, tok_s: f64, watts: Option<f64>) -> StoredLevel {
-    StoredLevel {
-        job_id: t.job_id.clone(),
-        run_id: format!("{}-a1", t.id),
-        trial_id: t.id.clone(),
-        host: host.into(),
-        config_id: t.config_id.clone(),
-        config_name: t.config_name.clone(),
-        workload: "w".into(),
-        repeat: 0,
-        attempt: 1,
-        result: Some(LevelResult {
+    t.stored_level(
+        format!("{}-a1", t.id),
+        host,
+        1,
+        LevelResult {
             level_index: index,
             level: Some(LoadLevel {
                 concurrency: Some(8 << (index * 3)),
@@ -122,9 +116,9 @@ fn level(t: &TrialRow, host: &str, index: u32, tok_s: f64, watts: Option<f64>) -
                 ..Default::default()
             }),
             ..Default::default()
-        }),
-        gpu_power_w: watts,
-    }
+        },
+        watts,
+    )
 }
 
 async fn power(store: Store) {

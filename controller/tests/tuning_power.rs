@@ -76,17 +76,11 @@ async fn a_per_watt_search_on_a_host_without_gpus_is_refused_before_anything_run
 }
 
 fn stored(trial: &TrialRow, index: u32, tok_s: f64, watts: Option<f64>) -> StoredLevel {
-    StoredLevel {
-        job_id: trial.job_id.clone(),
-        run_id: format!("{}-a1", trial.id),
-        trial_id: trial.id.clone(),
-        host: "gpu-a".into(),
-        config_id: trial.config_id.clone(),
-        config_name: trial.config_name.clone(),
-        workload: "w".into(),
-        repeat: 0,
-        attempt: 1,
-        result: Some(LevelResult {
+    trial.stored_level(
+        format!("{}-a1", trial.id),
+        "gpu-a",
+        1,
+        LevelResult {
             level_index: index,
             level: Some(LoadLevel {
                 concurrency: Some(8 * (index + 1)),
@@ -97,9 +91,9 @@ fn stored(trial: &TrialRow, index: u32, tok_s: f64, watts: Option<f64>) -> Store
             output_tokens_per_s: tok_s,
             duration_s: 2.0,
             ..Default::default()
-        }),
-        gpu_power_w: watts,
-    }
+        },
+        watts,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use fleetbench_proto::agentpb::{
     StopEngineRequest, benchmark_event, engine_event,
 };
 use fleetbench_proto::controllerpb::{
-    HostEngineEvent, LevelProgress, Run, RunState, StoredLevel, TrialEvent, TrialState, job_event,
+    HostEngineEvent, LevelProgress, Run, RunState, TrialEvent, TrialState, job_event,
 };
 use fleetbench_proto::now_unix_ms;
 use tokio_util::sync::CancellationToken;
@@ -436,19 +436,13 @@ impl Attempt<'_> {
                 telemetry::POWER_WAIT,
             )
             .await;
-        let stored = StoredLevel {
-            job_id: self.trial.job_id.clone(),
-            run_id: self.run.run_id.clone(),
-            trial_id: self.trial.id.clone(),
-            host: self.host.clone(),
-            config_id: self.trial.config_id.clone(),
-            config_name: self.trial.config_name.clone(),
-            workload: self.trial.workload.clone(),
-            repeat: self.trial.repeat,
-            attempt: self.trial.attempts,
-            result: Some(result),
+        let stored = self.trial.stored_level(
+            self.run.run_id.clone(),
+            &self.host,
+            self.trial.attempts,
+            result,
             gpu_power_w,
-        };
+        );
         if !self.ctx.store.put_level(&stored).await? {
             tracing::warn!(
                 level = stored.result.as_ref().map(|r| r.level_index),

@@ -47,6 +47,31 @@ impl TrialRow {
             TrialState::Done | TrialState::EngineFailed | TrialState::Cancelled
         )
     }
+
+    /// One level's result of this trial's attempt `attempt` (run `run_id` on `host`), as the
+    /// store keeps it.
+    pub fn stored_level(
+        &self,
+        run_id: String,
+        host: &str,
+        attempt: u32,
+        result: fleetbench_proto::agentpb::LevelResult,
+        gpu_power_w: Option<f64>,
+    ) -> controllerpb::StoredLevel {
+        controllerpb::StoredLevel {
+            job_id: self.job_id.clone(),
+            run_id,
+            trial_id: self.id.clone(),
+            host: host.to_string(),
+            config_id: self.config_id.clone(),
+            config_name: self.config_name.clone(),
+            workload: self.workload.clone(),
+            repeat: self.repeat,
+            attempt,
+            result: Some(result),
+            gpu_power_w,
+        }
+    }
 }
 
 fn trial_from_row(r: &AnyRow) -> Result<TrialRow, sqlx::Error> {
