@@ -294,16 +294,23 @@ pub(crate) struct Scratch {
     pub first_byte: Option<Instant>,
 }
 
+impl Scratch {
+    /// Forgets the previous request, keeping the buffers' capacity.
+    pub fn clear(&mut self) {
+        self.scanner.reset();
+        self.chunks.clear();
+        self.sent = None;
+        self.first_byte = None;
+    }
+}
+
 /// Streams one request over `conn`; token-bearing chunks land in `scratch.chunks`.
 pub(crate) async fn stream_request(
     conn: &mut Conn,
     req: http::Request<Full<Bytes>>,
     scratch: &mut Scratch,
 ) -> Result<Streamed, Failure> {
-    scratch.scanner.reset();
-    scratch.chunks.clear();
-    scratch.first_byte = None;
-    scratch.sent = None;
+    scratch.clear();
     let resp = conn.send(req, &mut scratch.sent).await?;
     let sent = scratch.sent.expect("set by a successful send");
     let (head, mut body) = resp.into_parts();

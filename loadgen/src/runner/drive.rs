@@ -234,9 +234,7 @@ impl Slot {
         sh.peak.fetch_max(now_in_flight, Ordering::Relaxed);
         let Slot { conn, scratch } = self;
         // A request that fails before it is sent must not show the previous one's figures.
-        scratch.sent = None;
-        scratch.first_byte = None;
-        scratch.chunks.clear();
+        scratch.clear();
         let outcome = tokio::time::timeout(sh.timeout, async {
             // A kept-alive connection the server closed while it sat idle fails before any
             // answer: that is no failure of the server under test, so retry once on a new one.
