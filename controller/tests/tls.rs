@@ -1,5 +1,7 @@
-//! mTLS on both sides: the API refuses clients without a certificate from its CA, and the
-//! controller reaches an agent that only speaks mTLS.
+//! mTLS on both sides: the API, served with the controller's server certificate from
+//! `fleetbench certs init`, refuses clients without a certificate from its CA and answers the
+//! CLI with the operator's; a client-only certificate cannot serve it; and the controller
+//! reaches an agent that only speaks mTLS.
 
 mod common;
 
@@ -43,10 +45,10 @@ async fn mtls_api_and_mtls_agent() {
         key: certs.controller_key.clone(),
         domain: Some("localhost".into()),
     });
-    // The dev CA's server certificate (SANs localhost, 127.0.0.1) serves the API too.
+    // The controller's own API certificate (serverAuth; localhost, 127.0.0.1).
     cfg.api.tls = Some(ApiTls {
-        cert: certs.agent_cert.clone(),
-        key: certs.agent_key.clone(),
+        cert: certs.controller_server.cert.clone(),
+        key: certs.controller_server.key.clone(),
         client_ca: certs.ca_cert.clone(),
     });
     let ctl = fleetbench_controller::start(cfg, Metrics::new())
@@ -124,5 +126,64 @@ async fn mtls_api_and_mtls_agent() {
     let job = wait_job(&mut c, &r.job_id, Duration::from_secs(120)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     assert_eq!(job.levels_done, 2);
+
+    // The CLI, a separate process, completes the handshake as the operator and lists the job.
+    let cli = |cert: &std::path::Path, key: &std::path::Path| {
+        std::process::Command::new(fleetbench_testkit::workspace_bin("fleetbench"))
+            .args(["jobs", "--controller", &format!("https://{}", ctl.addr)])
+            .arg("--tls-ca")
+            .arg(&certs.ca_cert)
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&certs.operator.cert, &certs.operator.key);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&r.job_id),
+        "fleetbench jobs over mTLS: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ctl.shutdown().await;
+}
+
+/// The controller served with its client-only certificate (as the shipped manifests once did):
+/// the CLI refuses it in the handshake, naming the problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_only_certificate_cannot_serve_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = generate_dev_certs(&dir.path().join("certs"), &[], false).unwrap();
+    let mut cfg =
+        ControllerConfig::local(&format!("sqlite://{}", dir.path().join("c.db").display()));
+    cfg.api.tls = Some(ApiTls {
+        cert: certs.controller_cert.clone(),
+        key: certs.controller_key.clone(),
+        client_ca: certs.ca_cert.clone(),
+    });
+    let ctl = fleetbench_controller::start(cfg, Metrics::new())
+        .await
+        .unwrap();
+    let out = std::process::Command::new(fleetbench_testkit::workspace_bin("fleetbench"))
+        .args(["jobs", "--controller", &format!("https://{}", ctl.addr)])
+        .arg("--tls-ca")
+        .arg(&certs.ca_cert)
+        .arg("--tls-cert")
+        .arg(&certs.operator.cert)
+        .arg("--tls-key")
+        .arg(&certs.operator.key)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a client-only certificate served the API"
+    );
+    assert!(
+        stderr.contains("cannot reach the controller"),
+        "the CLI says why: {stderr}"
+    );
     ctl.shutdown().await;
 }

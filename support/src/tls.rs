@@ -3,16 +3,11 @@
 //! - [`server_tls`] / [`client_tls`] load PEM files into tonic's TLS configs; every error names
 //!   the file that was wrong, and the files are parsed here (not first at handshake time) so a
 //!   bad path or a key in the certificate slot is reported when the process starts.
-//! - [`generate_dev_certs`] writes a development CA plus an agent (server) and a controller
-//!   (client) certificate, so a first user gets mTLS without openssl.
+//! - [`issue`]: a CA and the certificates of every identity (`fleetbench certs init`), so a
+//!   first user gets mTLS without openssl.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
@@ -43,8 +38,17 @@ pub enum TlsError {
     BadName { name: String, reason: String },
     /// Certificate generation failed inside rcgen.
     #[error("generating the {what} certificate: {reason}")]
-    Generate { what: &'static str, reason: String },
+    Generate { what: String, reason: String },
+    /// The CA files could not be used to sign (`fleetbench certs issue`).
+    #[error("{path}: not a usable CA: {reason}")]
+    BadCa { path: PathBuf, reason: String },
 }
+
+mod issue;
+pub use issue::{
+    AgentCert, CertPair, DevCerts, InitOptions, Role, Usage, generate_dev_certs, init_certs,
+    issue_agent_certs, parse_agent_spec,
+};
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
@@ -108,167 +112,6 @@ pub fn client_tls(
         .ca_certificate(ca)
         .identity(identity)
         .domain_name(domain))
-}
-
-/// The files [`generate_dev_certs`] wrote.
-#[derive(Debug, Clone)]
-pub struct DevCerts {
-    pub ca_cert: PathBuf,
-    pub ca_key: PathBuf,
-    pub agent_cert: PathBuf,
-    pub agent_key: PathBuf,
-    pub controller_cert: PathBuf,
-    pub controller_key: PathBuf,
-}
-
-impl DevCerts {
-    /// The paths inside `dir` (whether or not the files exist yet).
-    pub fn in_dir(dir: &Path) -> Self {
-        DevCerts {
-            ca_cert: dir.join("ca.pem"),
-            ca_key: dir.join("ca.key"),
-            agent_cert: dir.join("agent.pem"),
-            agent_key: dir.join("agent.key"),
-            controller_cert: dir.join("controller.pem"),
-            controller_key: dir.join("controller.key"),
-        }
-    }
-
-    fn all(&self) -> [&PathBuf; 6] {
-        [
-            &self.ca_cert,
-            &self.ca_key,
-            &self.agent_cert,
-            &self.agent_key,
-            &self.controller_cert,
-            &self.controller_key,
-        ]
-    }
-}
-
-fn gen_err(what: &'static str) -> impl Fn(rcgen::Error) -> TlsError {
-    move |e| TlsError::Generate {
-        what,
-        reason: e.to_string(),
-    }
-}
-
-/// Writes a development CA (`ca.pem`, `ca.key`), an agent server certificate (`agent.pem`,
-/// `agent.key`; SANs `localhost`, `127.0.0.1` and `agent_sans`) and a controller client
-/// certificate (`controller.pem`, `controller.key`) into `dir` (created if missing). Keys are
-/// written mode 0600. Existing files are left alone and reported unless `overwrite`; on any
-/// error nothing is written.
-pub fn generate_dev_certs(
-    dir: &Path,
-    agent_sans: &[String],
-    overwrite: bool,
-) -> Result<DevCerts, TlsError> {
-    let out = DevCerts::in_dir(dir);
-    if !overwrite && let Some(p) = out.all().into_iter().find(|p| p.exists()) {
-        return Err(TlsError::Exists { path: p.clone() });
-    }
-
-    let mut sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-    for s in agent_sans {
-        if !sans.contains(s) {
-            sans.push(s.clone());
-        }
-    }
-
-    // CA
-    let ca_key = KeyPair::generate().map_err(gen_err("CA"))?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(gen_err("CA"))?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "fleetbench development CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_key_pem = ca_key.serialize_pem();
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(gen_err("CA"))?;
-
-    // Agent (server)
-    let agent_key = KeyPair::generate().map_err(gen_err("agent"))?;
-    if let Some(bad) = sans.iter().find(|s| !valid_san(s)) {
-        return Err(TlsError::BadName {
-            name: bad.clone(),
-            reason: "expected an IP address or a host name of letters, digits, '-' and '.'".into(),
-        });
-    }
-    let mut agent_params = CertificateParams::new(sans.clone()).map_err(gen_err("agent"))?;
-    agent_params
-        .distinguished_name
-        .push(DnType::CommonName, "fleetbench agent");
-    agent_params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    agent_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let agent_cert = agent_params
-        .signed_by(&agent_key, &ca)
-        .map_err(gen_err("agent"))?;
-
-    // Controller (client)
-    let ctl_key = KeyPair::generate().map_err(gen_err("controller"))?;
-    let mut ctl_params = CertificateParams::new(vec!["fleetbench-controller".to_string()])
-        .map_err(gen_err("controller"))?;
-    ctl_params
-        .distinguished_name
-        .push(DnType::CommonName, "fleetbench controller");
-    ctl_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    ctl_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let ctl_cert = ctl_params
-        .signed_by(&ctl_key, &ca)
-        .map_err(gen_err("controller"))?;
-
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    write_file(&out.ca_cert, ca.pem().as_bytes(), false)?;
-    write_file(&out.ca_key, ca_key_pem.as_bytes(), true)?;
-    write_file(&out.agent_cert, agent_cert.pem().as_bytes(), false)?;
-    write_file(&out.agent_key, agent_key.serialize_pem().as_bytes(), true)?;
-    write_file(&out.controller_cert, ctl_cert.pem().as_bytes(), false)?;
-    write_file(
-        &out.controller_key,
-        ctl_key.serialize_pem().as_bytes(),
-        true,
-    )?;
-    Ok(out)
-}
-
-fn valid_san(name: &str) -> bool {
-    if name.parse::<std::net::IpAddr>().is_ok() {
-        return true;
-    }
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        })
-}
-
-fn write_file(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| TlsError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(if secret { 0o600 } else { 0o644 })
-        .open(path)
-        .map_err(err)?;
-    f.write_all(data).map_err(err)
 }
 
 #[cfg(test)]
