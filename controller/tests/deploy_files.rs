@@ -1,7 +1,8 @@
 //! The deployment files parse and hang together: compose (YAML, mounted files exist, the
 //! collector's pipelines use only receivers/processors/exporters it defines, Prometheus scrapes
 //! the port the controller serves), systemd units (INI: sections, hardening, config files that
-//! exist), Kubernetes (every document, references between ConfigMaps, Secrets, Services).
+//! exist, writable HOME and caches). The Helm chart and the images have their own tests
+//! (`helm_chart.rs`, `images.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -279,10 +280,16 @@ fn parse_unit(path: &Path) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
 #[test]
 fn systemd_units_are_hardened_and_name_existing_configs() {
     let dir = deploy().join("systemd");
-    for (unit, binary, config) in [
-        ("fleetbench-agent.service", "fleetbench-agent", "agent.toml"),
+    for (unit, user, binary, config) in [
+        (
+            "fleetbench-agent.service",
+            "fleetbench-agent",
+            "fleetbench-agent",
+            "agent.toml",
+        ),
         (
             "fleetbench-controller.service",
+            "fleetbench",
             "fleetbench-controller",
             "controller.toml",
         ),
@@ -298,13 +305,24 @@ fn systemd_units_are_hardened_and_name_existing_configs() {
                 .map(String::as_str)
                 .unwrap_or_else(|| panic!("{unit}: no {k}"))
         };
-        assert_eq!(one("User"), "fleetbench", "{unit}: own user");
+        assert_eq!(one("User"), user, "{unit}: own user");
         assert_eq!(one("NoNewPrivileges"), "yes", "{unit}");
         assert_eq!(one("Restart"), "on-failure", "{unit}");
         assert_eq!(one("ProtectSystem"), "strict", "{unit}");
         assert_eq!(one("CapabilityBoundingSet"), "", "{unit}: no capabilities");
+        // A group named here that a host lacks fails the unit: GPU groups are added to the
+        // user by the package where they exist.
+        assert!(
+            !svc.contains_key("SupplementaryGroups"),
+            "{unit}: SupplementaryGroups"
+        );
         let exec: Vec<&str> = one("ExecStart").split_whitespace().collect();
-        assert_eq!(exec[0], format!("/usr/local/bin/{binary}"), "{unit}");
+        assert_eq!(exec[0], format!("/usr/bin/{binary}"), "{unit}");
+        assert_eq!(
+            one("ExecStartPre"),
+            format!("{} --check", exec.join(" ")),
+            "{unit}: the config is checked before start"
+        );
         let cfg_arg = exec
             .iter()
             .position(|a| *a == "--config")
@@ -337,116 +355,68 @@ fn systemd_units_are_hardened_and_name_existing_configs() {
                 "{unit}: required EnvironmentFile {env} has no example"
             );
         }
-        for rw in svc.get("ReadWritePaths").into_iter().flatten() {
-            let state = format!("/var/lib/{}", one("StateDirectory"));
-            assert!(
-                rw.split_whitespace().all(|p| p == state),
-                "{unit}: writes only its state dir"
-            );
+        // Writable: only the state (and cache) directories systemd makes for the unit, and HOME
+        // is inside them (a HOME elsewhere is read-only under ProtectSystem=strict).
+        assert!(
+            !svc.contains_key("ReadWritePaths"),
+            "{unit}: writes only its own directories"
+        );
+        let state = format!("/var/lib/{}", one("StateDirectory"));
+        assert_eq!(one("WorkingDirectory"), state, "{unit}");
+        let env: BTreeMap<&str, &str> = svc
+            .get("Environment")
+            .into_iter()
+            .flatten()
+            .map(|e| e.split_once('=').expect("Environment=K=V"))
+            .collect();
+        assert_eq!(env.get("HOME"), Some(&state.as_str()), "{unit}: HOME");
+        if binary == "fleetbench-agent" {
+            let cache = format!("/var/cache/{}", one("CacheDirectory"));
+            // Every cache root the engines write (SGLang, vLLM, Triton, FlashInfer, Hugging
+            // Face, TorchInductor, CUDA's JIT, llama.cpp's downloads) is inside the cache dir.
+            for var in [
+                "XDG_CACHE_HOME",
+                "HF_HOME",
+                "TRITON_CACHE_DIR",
+                "VLLM_CACHE_ROOT",
+                "FLASHINFER_WORKSPACE_BASE",
+                "TORCHINDUCTOR_CACHE_DIR",
+                "CUDA_CACHE_PATH",
+                "LLAMA_CACHE",
+            ] {
+                let v = env
+                    .get(var)
+                    .unwrap_or_else(|| panic!("{unit}: no Environment={var}"));
+                assert!(v.starts_with(&cache), "{unit}: {var}={v} outside {cache}");
+            }
+            for (var, v) in &env {
+                assert!(
+                    v.starts_with(&state) || v.starts_with(&cache),
+                    "{unit}: {var}={v} is not writable"
+                );
+            }
         }
         assert_eq!(
             u["Install"]["WantedBy"],
             vec!["multi-user.target".to_string()]
         );
     }
+    // The CA key never goes to a host: no unit, config or instruction installs it.
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let p = f.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap();
+        for line in text.lines().filter(|l| l.contains("ca.key")) {
+            assert!(
+                !line.contains("/etc/fleetbench"),
+                "{}: installs ca.key: {line}",
+                p.display()
+            );
+        }
+    }
     // The example controller config parses as TOML with the controller's own fields.
     let text = std::fs::read_to_string(dir.join("controller.toml")).unwrap();
     let v: toml::Table = toml::from_str(&text).unwrap();
-    for k in ["listen", "store_url", "metrics_listen", "otlp_endpoint"] {
+    for k in ["listen", "store_url", "metrics_listen"] {
         assert!(v.contains_key(k), "systemd controller.toml: {k}");
-    }
-}
-
-#[test]
-fn kubernetes_manifests_reference_what_exists() {
-    let dir = deploy().join("kubernetes");
-    let kust = yaml(&dir.join("kustomization.yaml"));
-    let mut docs = Vec::new();
-    for r in kust["resources"].as_sequence().unwrap() {
-        let file = dir.join(s(r, "resource"));
-        assert!(
-            file.exists(),
-            "kustomization names missing {}",
-            file.display()
-        );
-        docs.extend(yaml_docs(&file));
-    }
-    let mut by_kind: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
-    for d in docs {
-        let kind = s(&d["kind"], "kind").to_string();
-        assert!(d["apiVersion"].as_str().is_some(), "{kind}: apiVersion");
-        let name = s(&d["metadata"]["name"], "metadata.name").to_string();
-        by_kind.entry(kind).or_default().insert(name, d);
-    }
-    let ds = &by_kind["DaemonSet"]["fleetbench-agent"];
-    let deployment = &by_kind["Deployment"]["fleetbench-controller"];
-    let service = &by_kind["Service"]["fleetbench-controller"];
-    assert!(
-        ds["spec"]["template"]["spec"]["nodeSelector"]
-            .as_mapping()
-            .is_some_and(|m| m.keys().any(|k| s(k, "selector").contains("gpu"))),
-        "the agent DaemonSet selects GPU nodes"
-    );
-    // Service selects the controller's pods and exposes its container ports.
-    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
-    for (k, v) in service["spec"]["selector"].as_mapping().unwrap() {
-        assert_eq!(&pod_labels[k], v, "Service selector {k:?}");
-    }
-    assert_eq!(deployment["spec"]["selector"]["matchLabels"], *pod_labels);
-    let ports: BTreeSet<String> = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|p| s(&p["name"], "port name").to_string())
-        .collect();
-    for p in service["spec"]["ports"].as_sequence().unwrap() {
-        assert!(ports.contains(s(&p["targetPort"], "targetPort")), "{p:?}");
-    }
-    // Every mounted ConfigMap/Secret exists, with the keys mounted by subPath.
-    for workload in [ds, deployment] {
-        let spec = &workload["spec"]["template"]["spec"];
-        let volumes: BTreeMap<String, &Value> = spec["volumes"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|v| (s(&v["name"], "volume").to_string(), v))
-            .collect();
-        for c in spec["containers"].as_sequence().unwrap() {
-            for m in c["volumeMounts"].as_sequence().unwrap() {
-                let v = volumes
-                    .get(s(&m["name"], "mount"))
-                    .unwrap_or_else(|| panic!("mount {:?} has no volume", m["name"]));
-                if let Some(cm) = v["configMap"]["name"].as_str() {
-                    let map = by_kind["ConfigMap"]
-                        .get(cm)
-                        .unwrap_or_else(|| panic!("ConfigMap {cm}"));
-                    if let Some(key) = m["subPath"].as_str() {
-                        let body = s(&map["data"][key], "config data");
-                        let parsed: toml::Table =
-                            toml::from_str(body).unwrap_or_else(|e| panic!("{cm}/{key}: {e}"));
-                        assert!(parsed.contains_key("listen"), "{cm}/{key}");
-                    }
-                }
-                if let Some(secret) = v["secret"]["secretName"].as_str() {
-                    assert!(
-                        by_kind["Secret"].contains_key(secret),
-                        "Secret {secret} not defined"
-                    );
-                }
-            }
-        }
-    }
-    // Certificate material is in Secrets, and the configs point at the mounted files.
-    let agent_tls = &by_kind["Secret"]["fleetbench-agent-tls"]["stringData"];
-    let agent_toml = s(
-        &by_kind["ConfigMap"]["fleetbench-agent"]["data"]["agent.toml"],
-        "agent.toml",
-    );
-    for key in ["ca.pem", "agent.pem", "agent.key"] {
-        assert!(agent_tls.get(key).is_some(), "agent Secret lacks {key}");
-        assert!(
-            agent_toml.contains(&format!("/etc/fleetbench/tls/{key}")),
-            "agent.toml uses {key}"
-        );
     }
 }
