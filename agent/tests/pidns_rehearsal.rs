@@ -110,12 +110,15 @@ fn status(pid: u32) -> (u32, Vec<u32>) {
     (field("Uid:")[0], field("NSpid:"))
 }
 
-struct Agent(Child);
+/// `unshare` (which ignores SIGTERM while it waits) and the agent's host pid, once known.
+struct Agent(Child, Option<u32>);
 impl Drop for Agent {
     fn drop(&mut self) {
-        // unshare --kill-child ends the namespace's pid 1 (the agent) and with it the namespace.
+        // The agent stops its engine on SIGTERM and exits; unshare follows. Should unshare go
+        // first, --kill-child ends the namespace's pid 1 (the agent) and with it the namespace.
+        let target = self.1.unwrap_or(self.0.id());
         let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::unistd::Pid::from_raw(target as i32),
             nix::sys::signal::Signal::SIGTERM,
         );
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -183,7 +186,10 @@ fn agent_as_uid_10001_in_its_own_pid_namespace_starts_and_restarts_an_engine() {
         .replace("CACHE", &cache.display().to_string());
     let st = Command::new("sh").args(["-c", &init]).status().unwrap();
     assert!(st.success(), "{init}");
-    let agent = Agent(agent_in_pidns(&cfg, &data, &cache, &log).spawn().unwrap());
+    let mut agent = Agent(
+        agent_in_pidns(&cfg, &data, &cache, &log).spawn().unwrap(),
+        None,
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -236,6 +242,7 @@ fn agent_as_uid_10001_in_its_own_pid_namespace_starts_and_restarts_an_engine() {
     // engine in the same namespace under another pid than the host's.
     let agent_pids = find_procs(&["fleetbench-agent", &cfg.display().to_string()]);
     assert_eq!(agent_pids.len(), 1, "{agent_pids:?}");
+    agent.1 = Some(agent_pids[0]);
     let (agent_uid, agent_ns) = status(agent_pids[0]);
     assert_eq!(agent_uid, UID);
     assert_eq!(
@@ -269,5 +276,13 @@ fn agent_as_uid_10001_in_its_own_pid_namespace_starts_and_restarts_an_engine() {
     }
     let stop = agentctl(port, &["stop"]);
     assert!(stop.status.success(), "{}", text(&stop));
+    assert!(
+        find_procs(&["fleetbench-sim", &engine_port]).is_empty(),
+        "stopped"
+    );
     drop(agent);
+    assert!(
+        find_procs(&["fleetbench-agent", &cfg.display().to_string()]).is_empty(),
+        "the agent exits on SIGTERM, ending its namespace"
+    );
 }

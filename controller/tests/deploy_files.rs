@@ -39,7 +39,8 @@ fn every_yaml_file_under_deploy_parses() {
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();
-            if p.is_dir() {
+            // Helm templates are Go templates, not YAML (helm_chart.rs renders them).
+            if p.is_dir() && !p.ends_with("templates") {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
                 assert!(!yaml_docs(&p).is_empty(), "{}: empty", p.display());
@@ -47,7 +48,7 @@ fn every_yaml_file_under_deploy_parses() {
             }
         }
     }
-    assert!(count >= 10, "only {count} YAML files");
+    assert!(count >= 8, "only {count} YAML files");
 }
 
 #[test]
@@ -401,14 +402,27 @@ fn systemd_units_are_hardened_and_name_existing_configs() {
             vec!["multi-user.target".to_string()]
         );
     }
-    // The CA key never goes to a host: no unit, config or instruction installs it.
+    // The CA key never goes to a host: no config value names it, and no install step copies it,
+    // by name or by a glob over the whole certificate directory (as the README once did).
     for f in std::fs::read_dir(&dir).unwrap() {
         let p = f.unwrap().path();
         let text = std::fs::read_to_string(&p).unwrap();
-        for line in text.lines().filter(|l| l.contains("ca.key")) {
+        for line in text.lines() {
+            let cmd = line.trim_start_matches(['#', ' ']);
+            let copies = ["install ", "sudo install ", "cp ", "sudo cp ", "scp "]
+                .iter()
+                .any(|c| cmd.starts_with(c));
+            let whole_dir = cmd
+                .split_whitespace()
+                .any(|w| w == "*" || w.ends_with("/*"));
             assert!(
-                !line.contains("/etc/fleetbench"),
-                "{}: installs ca.key: {line}",
+                !(copies && (cmd.contains("ca.key") || whole_dir)),
+                "{}: puts ca.key on a host: {line}",
+                p.display()
+            );
+            assert!(
+                !(line.contains("ca.key") && line.contains("= \"")),
+                "{}: a config names ca.key: {line}",
                 p.display()
             );
         }

@@ -158,6 +158,11 @@ fn the_checks_fail_on_a_broken_object_and_bad_values() {
     assert!(err.contains("agent.engine") && err.contains("tgi"), "{err}");
     let err = render(r#"{"certManager": {"createIssuer": false}}"#).unwrap_err();
     assert!(err.contains("certManager.issuerRef"), "{err}");
+    // values.schema.json: the engine never runs as root, one scheduler per store.
+    let err = render(r#"{"agent": {"runAsUser": 0}}"#).unwrap_err();
+    assert!(err.contains("/agent/runAsUser"), "{err}");
+    let err = render(r#"{"controller": {"replicas": 2}}"#).unwrap_err();
+    assert!(err.contains("/controller/replicas"), "{err}");
 }
 
 #[test]

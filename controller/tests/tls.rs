@@ -182,7 +182,8 @@ async fn a_client_only_certificate_cannot_serve_the_api() {
         "a client-only certificate served the API"
     );
     assert!(
-        stderr.contains("cannot reach the controller"),
+        stderr.contains("cannot reach the controller")
+            && stderr.contains("extended key usage for server authentication"),
         "the CLI says why: {stderr}"
     );
     ctl.shutdown().await;
