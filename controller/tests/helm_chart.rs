@@ -2,7 +2,9 @@
 //! strictly (`scripts/deploy-check/render.py`, helm-python-sdk from PyPI), every rendered object
 //! validated against the Kubernetes API schemas (`scripts/deploy-check/validate.mjs`,
 //! `kubernetes-models` from npm, with cert-manager's and prometheus-operator's CRDs), then read
-//! as a platform engineer would: the agent DaemonSet requests the GPUs, runs non-root with
+//! and, for the built-in kinds, strictly (unknown fields refused) against Kubernetes 1.27 (the
+//! chart's floor) and 1.33 with `kubernetes-validate` (PyPI); then read as a platform engineer
+//! would: the agent DaemonSet requests the GPUs, runs non-root with
 //! writable data and cache directories; the certificates carry the usages each identity needs;
 //! the controller's store URL comes from a Secret; no Secret is shipped.
 //!
@@ -29,7 +31,7 @@ fn python() -> PathBuf {
     assert!(
         py.exists(),
         "{} missing: scripts/test.sh installs it (python3 -m venv .deploy-tools/venv && \
-         .deploy-tools/venv/bin/pip install helm-python-sdk==0.2.2)",
+         .deploy-tools/venv/bin/pip install helm-python-sdk==0.2.2 kubernetes-validate==1.37.0)",
         py.display()
     );
     py
@@ -72,6 +74,27 @@ fn validate(yaml: &str) -> (bool, String) {
         .write_all(yaml.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `kubernetes-validate --strict` on a YAML stream for Kubernetes `version`: (success, output).
+/// It knows the built-in kinds only (cert-manager and prometheus-operator: `validate`).
+fn validate_strict(yaml: &str, version: &str) -> (bool, String) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let bin = python().with_file_name("kubernetes-validate");
+    let out = Command::new(&bin)
+        .args(["--strict", "--quiet", "--no-warn", "-k", version])
+        .arg(file.path())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
     (
         out.status.success(),
         format!(
@@ -130,6 +153,10 @@ fn every_rendered_object_is_valid_against_the_kubernetes_schemas() {
             report.contains(&format!("{count} valid, 0 invalid")),
             "values {values}: every one of {count} objects checked:\n{report}"
         );
+        for version in ["1.27.0", "1.33.0"] {
+            let (ok, report) = validate_strict(&yaml, version);
+            assert!(ok, "values {values}, Kubernetes {version}:\n{report}");
+        }
         // No placeholder Secret is ever shipped: Secrets come from cert-manager or the operator.
         assert!(!objects(&yaml).contains_key("Secret"), "values {values}");
     }
@@ -151,6 +178,17 @@ fn the_checks_fail_on_a_broken_object_and_bad_values() {
     );
     assert!(
         report.contains("INVALID cert-manager.io/v1 Certificate"),
+        "{report}"
+    );
+    // A field the API does not have (hostPID misspelt: silently dropped by a lenient check).
+    let typo = yaml.replacen(
+        "automountServiceAccountToken: false",
+        "automountServiceAccountToken: false\n      hostPid: true",
+        1,
+    );
+    let (ok, report) = validate_strict(&typo, "1.33.0");
+    assert!(
+        !ok && report.contains("'hostPid' was unexpected"),
         "{report}"
     );
     // Helm refuses values the chart cannot serve, naming them.
