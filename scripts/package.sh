@@ -52,7 +52,7 @@ fi
 if [ "$debs" = 1 ]; then
   command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked
   for p in fleetbench fleetbench-agent fleetbench-controller; do
-    deb=$(cargo deb -p "$p" --no-build --output "$DIST" | tail -1)
+    deb=$(cargo deb -p "$p" --no-build --strip --output "$DIST" | tail -1)
     files+=("$(basename "$deb")")
     echo "wrote dist/$(basename "$deb")"
   done

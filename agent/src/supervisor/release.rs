@@ -1,15 +1,16 @@
 //! What "released" means before the next engine starts: its port can be bound and, with NVML,
 //! none of its processes holds GPU memory.
 //!
-//! NVML reports process ids of the host's PID namespace. An agent in a container (its own PID
-//! namespace, no `hostPID`) never sees those ids: the engine it started as its pid 40 is pid 548
-//! to NVML (recorded on an H200: `release/h200-pidns.nvml.txt`). So the check does not rely on
-//! matching ids: before a start the agent notes which processes NVML lists ([`GpuBaseline`]);
-//! after a stop it waits until none is left that was not there before, besides any id of the
-//! engine's own group (on a host without namespaces both ways agree). On a GPU that the agent
-//! owns (the chart requests every GPU of the node) only the engine can have appeared there; a
-//! stranger that starts on a shared GPU during a run delays the next start by at most
-//! `release_timeout_s`, and the warning names it.
+//! Which ids NVML reports depends on where it is asked from and on the driver. Recorded on an H200
+//! (driver 580, `release/*.nvml.txt`): from the host's PID namespace an engine inside a namespace
+//! shows under its host id (548 for a process that sees itself as 1), which an agent in a pod never
+//! sees; from inside the namespace the same driver reports the namespace's own ids and hides every
+//! other process. So the check does not rely on matching ids: before a start the agent notes which
+//! processes NVML lists ([`GpuBaseline`]); after a stop it waits until none is left that was not
+//! there before, besides any id of the engine's own group. On GPUs the agent owns (the chart
+//! requests every GPU of the node) only the engine can have appeared there. A stranger that starts
+//! on a shared GPU during a run, and that NVML shows to the agent (a systemd agent sees every
+//! process), delays the next start by at most `release_timeout_s`; the warning names it.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

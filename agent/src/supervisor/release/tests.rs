@@ -1,5 +1,7 @@
-//! The release check against NVML process lists recorded on an H200 (`h200-pidns.nvml.txt`):
-//! an engine in its own PID namespace, as the agent's engines are in a Kubernetes pod.
+//! The release check against NVML process lists recorded on an H200 with an engine in its own
+//! PID namespace, as the agent's engines are in a Kubernetes pod: asked from the host's namespace
+//! (`h200-pidns.nvml.txt`: host ids, which the agent in the pod never sees) and from inside it
+//! (`h200-in-pidns.nvml.txt`: this driver reports the namespace's own ids and hides the rest).
 
 use fleetbench_gpu::GpuProcess;
 
@@ -7,7 +9,10 @@ use super::{GpuBaseline, engine_holders};
 
 /// The recording's stages, in order: (title, NVML's processes).
 fn recording() -> Vec<(String, Vec<GpuProcess>)> {
-    let text = include_str!("h200-pidns.nvml.txt");
+    parse(include_str!("h200-pidns.nvml.txt"))
+}
+
+fn parse(text: &str) -> Vec<(String, Vec<GpuProcess>)> {
     let mut stages: Vec<(String, Vec<GpuProcess>)> = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         if let Some(title) = line.strip_prefix("== ") {
@@ -42,8 +47,8 @@ fn an_engine_in_its_own_pid_namespace_is_waited_for_until_its_memory_is_gone() {
     let exited = stage(&rec, "engine exited");
     // The engine's group as the agent inside the pod sees it: pid 1 (as recorded) and a child.
     let group = [1, 40];
-    // Matching NVML's ids with the group's finds nothing while the engine still holds 3.5 GiB:
-    // the check that compared them said "free" at once inside a container.
+    // Where NVML reports host ids to the agent, matching them with the group's finds nothing
+    // while the engine still holds 3.5 GiB: the check that compared them said "free" at once.
     assert!(running.iter().all(|p| !group.contains(&p.pid)));
     assert_eq!(engine_holders(&running, &before, &group), vec![548]);
     // Once it exited only the neighbour remains, which was there before the start.
@@ -78,4 +83,21 @@ fn an_idle_gpu_and_no_nvml_hold_nothing() {
     assert!(engine_holders(&idle, &GpuBaseline::of(&idle), &[1]).is_empty());
     assert!(engine_holders(&[], &GpuBaseline::default(), &[]).is_empty());
     assert!(stage(&rec, "neighbour exited").is_empty());
+}
+
+#[test]
+fn inside_the_namespace_the_engine_is_found_whichever_ids_nvml_reports() {
+    let rec = parse(include_str!("h200-in-pidns.nvml.txt"));
+    let before = GpuBaseline::of(&stage(&rec, "baseline"));
+    assert!(
+        stage(&rec, "baseline").is_empty(),
+        "the neighbour is hidden"
+    );
+    let running = stage(&rec, "engine running");
+    let exited = stage(&rec, "engine exited");
+    // The engine as the agent knows it (pid 2, as recorded) and as a stranger to the group (a
+    // worker that left it): both are waited for, being new since the start.
+    assert_eq!(engine_holders(&running, &before, &[2]), vec![2]);
+    assert_eq!(engine_holders(&running, &before, &[]), vec![2]);
+    assert!(engine_holders(&exited, &before, &[2]).is_empty());
 }

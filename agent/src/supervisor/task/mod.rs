@@ -511,6 +511,7 @@ impl Task {
                 super::leftover::clear(&self.cfg.data_dir);
             }
             e.output_done.abort();
+            let gpu_wait = Instant::now();
             let gpu_clear = wait_gpu_free(
                 &self.gpus,
                 &e.gpu_before,
@@ -523,6 +524,7 @@ impl Task {
                 gone = out.gone,
                 gpu_clear,
                 took_s = out.took.as_secs_f64(),
+                gpu_wait_s = gpu_wait.elapsed().as_secs_f64(),
                 "stopped"
             );
             out
