@@ -113,4 +113,4 @@ pids=()
 dpkg --purge fleetbench fleetbench-agent fleetbench-controller
 left=$(ls -d /usr/bin/fleetbench* /etc/fleetbench /var/lib/fleetbench /var/lib/fleetbench-agent /var/cache/fleetbench-agent /lib/systemd/system/fleetbench-* 2>/dev/null || true)
 [ -z "$left" ] || fail "left after purge: $left"
-echo "packages: 3 installed, started, ran a job, purged cleanly"
+echo "packages: 3 installed, started, ran a job, purged cleanly (${SECONDS} s with the build)"
