@@ -19,6 +19,20 @@ ROOT=$PWD
 
 log() { printf '\n== %s\n' "$*"; }
 
+# --- Rust toolchain ---------------------------------------------------------------------------
+# rust-toolchain.toml pins 1.95.0. A machine whose one toolchain is that release under the name
+# `stable` (no other can be fetched here) gets it registered under the pinned name too, so rustup
+# finds it installed and downloads nothing; any other stable is left alone (rustup then says what
+# is missing).
+PIN=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
+RUSTUP_DIR=${RUSTUP_HOME:-$HOME/.rustup}
+HOST_TRIPLE=$(rustup run stable rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+if [ -n "$HOST_TRIPLE" ] && [ ! -e "$RUSTUP_DIR/toolchains/$PIN-$HOST_TRIPLE" ] &&
+   rustup run stable rustc --version 2>/dev/null | grep -q "^rustc $PIN "; then
+  log "registering the installed stable toolchain (rustc $PIN) under the pinned name $PIN"
+  ln -s "$RUSTUP_DIR/toolchains/stable-$HOST_TRIPLE" "$RUSTUP_DIR/toolchains/$PIN-$HOST_TRIPLE"
+fi
+
 # --- Debian packages -------------------------------------------------------------------------
 # As root (CI) they are installed; otherwise through sudo where it works without a password
 # prompt, else the script names the exact command to run and stops before building anything.
