@@ -70,8 +70,7 @@ pub fn inc_beta(a: f64, b: f64, x: f64) -> f64 {
     if x >= 1.0 {
         return 1.0;
     }
-    let ln_front =
-        ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
     let front = ln_front.exp();
     // The continued fraction converges fast below the mean of the beta distribution; above
     // it, use the symmetry I_x(a, b) = 1 − I_{1−x}(b, a).
@@ -222,9 +221,15 @@ mod tests {
         ];
         for (p, df, want) in table {
             let got = t_quantile(p, df);
-            assert!(close(got, want, 0.0015), "t({p}, {df}) = {got}, table {want}");
+            assert!(
+                close(got, want, 0.0015),
+                "t({p}, {df}) = {got}, table {want}"
+            );
             assert!(close(t_quantile(1.0 - p, df), -want, 0.0015));
-            assert!(close(t_cdf(got, df), p, 1e-10), "cdf(quantile) at {p}, {df}");
+            assert!(
+                close(t_cdf(got, df), p, 1e-10),
+                "cdf(quantile) at {p}, {df}"
+            );
         }
     }
 

@@ -9,6 +9,7 @@
 //! - [`multiple`]: Holm and Benjamini–Hochberg adjusted p-values.
 //! - [`regress`]: the regression interval (t-based, between-run variance from the history
 //!   pooled in), one-sided tests against zero and against a tolerance, error-rate rises.
+//! - [`decide`]: the decisions of compare, tune and regress built from those tests.
 //! - [`changepoint`]: E-divisive means over a series with a Student's t significance test
 //!   (the method of Hunter / Apache Otava), and the ratchet that successive small steps make.
 //!
@@ -17,6 +18,7 @@
 //! ratio ("5% slower"), which on the log scale is a difference.
 
 pub mod changepoint;
+pub mod decide;
 pub mod dist;
 pub mod multiple;
 pub mod regress;

@@ -34,6 +34,10 @@ pub struct RunVariance {
     pub runs: usize,
     pub df_between: f64,
     pub df_within: f64,
+    /// The mean square between runs, MSB = n₀σ²_between + σ²_within in expectation.
+    pub msb: f64,
+    /// The effective repeats per run (n₀ of an unbalanced one-way layout).
+    pub n0: f64,
 }
 
 /// Estimates the variance between runs from a history: each element is one run's values (its
@@ -69,6 +73,8 @@ pub fn run_variance(runs: &[Vec<f64>]) -> Option<RunVariance> {
             runs: k,
             df_between: df_b,
             df_within: 0.0,
+            msb,
+            n0: 1.0,
         });
     }
     let msw = ssw / df_w;
@@ -81,6 +87,8 @@ pub fn run_variance(runs: &[Vec<f64>]) -> Option<RunVariance> {
         runs: k,
         df_between: df_b,
         df_within: df_w,
+        msb,
+        n0,
     })
 }
 
@@ -95,7 +103,9 @@ pub enum Direction {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum Change {
     /// A side has fewer than [`MIN_REPEATS`] values: the point change only.
-    NoSpread { relative: f64 },
+    NoSpread {
+        relative: f64,
+    },
     Measured(Interval),
 }
 
@@ -161,10 +171,25 @@ pub fn change(
             let (ssb, ssc) = (b.var * (b.n - 1) as f64, c.var * (c.n - 1) as f64);
             let df_w = h.df_within + (b.n - 1 + c.n - 1) as f64;
             let within = (h.within * h.df_within + ssb + ssc) / df_w;
-            let v_runs = 2.0 * h.between;
-            let v_reps = within * (1.0 / b.n as f64 + 1.0 / c.n as f64);
-            let df = satterthwaite(&[(v_runs, h.df_between), (v_reps, df_w)]);
-            ((v_runs + v_reps).sqrt(), df, true)
+            let reps = 1.0 / b.n as f64 + 1.0 / c.n as f64;
+            if h.between > 0.0 && h.df_within > 0.0 {
+                // V = 2σ²_b + σ²_w·reps with σ²_b = (MSB − MSW)/n₀, written as a sum of the
+                // two mean squares so that Satterthwaite sees their own degrees of freedom
+                // (in a balanced history with n₀ = n it is exactly 2·MSB/n₀, df = runs − 1).
+                let a = 2.0 / h.n0;
+                let w = reps - 2.0 / h.n0;
+                let v = (a * h.msb + w * within).max(within * reps);
+                let df = satterthwaite(&[(a * h.msb, h.df_between), (w * within, df_w)]);
+                (v.sqrt(), df, true)
+            } else if h.df_within > 0.0 {
+                // The runs vary no more than their repeats explain.
+                ((within * reps).sqrt(), df_w, true)
+            } else {
+                // One value per stored run: their spread is the run-to-run variance.
+                let v = 2.0 * h.between + within * reps;
+                let df = satterthwaite(&[(2.0 * h.between, h.df_between), (within * reps, df_w)]);
+                (v.sqrt(), df, true)
+            }
         }
         None => {
             let w = welch(&c, &b)?;
@@ -246,7 +271,10 @@ mod tests {
             panic!("measured")
         };
         assert!((i.relative + 0.096).abs() < 0.01, "{i:?}");
-        assert!(i.high < 0.0 && i.low < i.relative && i.relative < i.high, "{i:?}");
+        assert!(
+            i.high < 0.0 && i.low < i.relative && i.relative < i.high,
+            "{i:?}"
+        );
         assert!(i.p_worse < 1e-4 && !i.between_runs);
         // 9.6% worse is not within a 5% tolerance.
         assert!(i.p_within_tolerance > 0.5);
@@ -267,8 +295,17 @@ mod tests {
 
     #[test]
     fn one_repeat_is_a_point_not_an_interval() {
-        let c = change(&[100.0], &[90.0, 91.0], None, Direction::HigherIsBetter, 0.05, 0.95);
-        assert!(matches!(c, Some(Change::NoSpread { relative }) if (relative + 0.095).abs() < 0.01));
+        let c = change(
+            &[100.0],
+            &[90.0, 91.0],
+            None,
+            Direction::HigherIsBetter,
+            0.05,
+            0.95,
+        );
+        assert!(
+            matches!(c, Some(Change::NoSpread { relative }) if (relative + 0.095).abs() < 0.01)
+        );
         assert!(change(&[], &[1.0], None, Direction::HigherIsBetter, 0.05, 0.95).is_none());
     }
 

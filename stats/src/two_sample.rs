@@ -73,7 +73,11 @@ pub fn welch(a: &Sample, b: &Sample) -> Option<Welch> {
         let (t, p, pg) = if diff == 0.0 {
             (0.0, 1.0, 0.5)
         } else {
-            (diff.signum() * f64::INFINITY, 0.0, if diff > 0.0 { 0.0 } else { 1.0 })
+            (
+                diff.signum() * f64::INFINITY,
+                0.0,
+                if diff > 0.0 { 0.0 } else { 1.0 },
+            )
         };
         return Some(Welch {
             diff,
@@ -103,7 +107,7 @@ pub fn satterthwaite(components: &[(f64, f64)]) -> f64 {
     let num: f64 = components.iter().map(|(v, _)| v).sum::<f64>().powi(2);
     let den: f64 = components
         .iter()
-        .filter(|(v, df)| *v > 0.0 && *df > 0.0)
+        .filter(|(v, df)| *v != 0.0 && *df > 0.0)
         .map(|(v, df)| v * v / df)
         .sum();
     if den <= 0.0 {
@@ -147,7 +151,13 @@ pub fn effect(a: &Sample, b: &Sample, alpha: f64) -> Option<Effect> {
 /// (about the relative run-to-run spread). The usual approximation
 /// δ = (t₁₋α/₂ + t_power) · sd · √(1/n_a + 1/n_b) with df = n_a + n_b − 2; None when a side has
 /// fewer than two repeats (nothing can be detected without a measured spread).
-pub fn min_detectable_effect(n_a: usize, n_b: usize, sd: f64, alpha: f64, power: f64) -> Option<f64> {
+pub fn min_detectable_effect(
+    n_a: usize,
+    n_b: usize,
+    sd: f64,
+    alpha: f64,
+    power: f64,
+) -> Option<f64> {
     if n_a < 2 || n_b < 2 || !(sd >= 0.0) {
         return None;
     }
@@ -199,7 +209,10 @@ mod tests {
         let e = effect(&a, &b, 0.05).unwrap();
         assert!((e.ratio - a.geo_mean() / b.geo_mean()).abs() < 1e-12);
         assert!(e.low < e.ratio && e.ratio < e.high);
-        assert!(e.low > 1.0, "a 10% lead with 1-2% noise is significant: {e:?}");
+        assert!(
+            e.low > 1.0,
+            "a 10% lead with 1-2% noise is significant: {e:?}"
+        );
         assert!(e.test.p < 0.01);
     }
 
