@@ -10,8 +10,9 @@
 //! 2σ²_between + σ²_within (1/n_base + 1/n_cur), and Satterthwaite gives its degrees of
 //! freedom. Without a usable history the test is Welch's on the two runs' repeats (and says so).
 //!
-//! Minimum n: two repeats per side ([`MIN_REPEATS`]). With one, no spread was measured and no
-//! interval is given; a single value is never printed as an interval.
+//! Minimum n: two repeats per side ([`MIN_REPEATS`]), or one with a history of three or more
+//! runs (whose spread stands in). Otherwise no spread was measured and no interval is given;
+//! a single value is never printed as an interval.
 
 use serde::Serialize;
 
@@ -160,7 +161,9 @@ pub fn change(
     let b = Sample::of(baseline)?;
     let c = Sample::of(current)?;
     let d = c.mean - b.mean;
-    if b.n < MIN_REPEATS || c.n < MIN_REPEATS {
+    // With a history of three or more runs the variance is known from it, and one repeat a
+    // side is enough; without one, a side of one repeat measured no spread.
+    if (b.n < MIN_REPEATS || c.n < MIN_REPEATS) && history.is_none() {
         return Some(Change::NoSpread {
             relative: d.exp() - 1.0,
         });
@@ -170,7 +173,13 @@ pub fn change(
             // Pool the within-run variance of the history with both runs' own repeats.
             let (ssb, ssc) = (b.var * (b.n - 1) as f64, c.var * (c.n - 1) as f64);
             let df_w = h.df_within + (b.n - 1 + c.n - 1) as f64;
-            let within = (h.within * h.df_within + ssb + ssc) / df_w;
+            // No run of the history, nor either side, had two repeats: the spread of the run
+            // values (in `between`) is all the variance there is.
+            let within = if df_w > 0.0 {
+                (h.within * h.df_within + ssb + ssc) / df_w
+            } else {
+                0.0
+            };
             let reps = 1.0 / b.n as f64 + 1.0 / c.n as f64;
             if h.between > 0.0 && h.df_within > 0.0 {
                 // V = 2σ²_b + σ²_w·reps with σ²_b = (MSB − MSW)/n₀, written as a sum of the
