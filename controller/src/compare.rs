@@ -78,7 +78,7 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
         alpha,
         ..Default::default()
     };
-    let mut samples: Vec<Option<(Vec<f64>, Vec<f64>)>> = Vec::new();
+    let mut samples: Vec<Option<Pair>> = Vec::new();
     for ((workload, _), (level, configs)) in &groups {
         let stats: Vec<Scored> = configs
             .iter()
@@ -100,6 +100,9 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
     out
 }
 
+/// The winner's and the runner-up's per-repeat throughputs at a level.
+type Pair = (Vec<f64>, Vec<f64>);
+
 /// A config's figures at a level, its per-repeat throughputs, and why it may not win (None:
 /// it may).
 struct Scored {
@@ -110,7 +113,7 @@ struct Scored {
 
 /// Runs the family of tests (winner against runner-up wherever there is one) and writes each
 /// group's verdict.
-fn test_groups(out: &mut CompareResponse, pairs: &[Option<(Vec<f64>, Vec<f64>)>], alpha: f64) {
+fn test_groups(out: &mut CompareResponse, pairs: &[Option<Pair>], alpha: f64) {
     let tested: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].is_some()).collect();
     let refs: Vec<(&[f64], &[f64])> = tested
         .iter()
@@ -418,7 +421,7 @@ fn decide(
     workload: &str,
     level: &agentpb::LoadLevel,
     configs: Vec<Scored>,
-) -> (CompareGroup, Option<(Vec<f64>, Vec<f64>)>) {
+) -> (CompareGroup, Option<Pair>) {
     let mut group = CompareGroup {
         workload: workload.to_string(),
         level: Some(*level),

@@ -158,7 +158,7 @@ pub fn min_detectable_effect(
     alpha: f64,
     power: f64,
 ) -> Option<f64> {
-    if n_a < 2 || n_b < 2 || !(sd >= 0.0) {
+    if n_a < 2 || n_b < 2 || sd.is_nan() || sd < 0.0 {
         return None;
     }
     let df = (n_a + n_b - 2) as f64;

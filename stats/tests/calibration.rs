@@ -6,8 +6,8 @@
 use fleetbench_stats::changepoint::{Options, change_points, drift};
 use fleetbench_stats::decide::{Check, compare_family, regressions};
 use fleetbench_stats::regress::{Change, Direction, change, run_variance};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 
 const TRIALS: usize = 2000;

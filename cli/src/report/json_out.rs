@@ -145,7 +145,7 @@ pub fn compare_json(c: &CompareResponse) -> Value {
             "p_value": g.tested.then_some(g.p_value),
             "p_adjusted": g.tested.then_some(g.p_adjusted),
             "effect_pct": g.tested.then_some(g.effect_pct),
-            "effect_ci_pct": g.tested.then(|| [g.effect_low_pct, g.effect_high_pct]),
+            "effect_ci_pct": g.tested.then_some([g.effect_low_pct, g.effect_high_pct]),
             "mde_pct": g.mde_pct,
             "verdict": g.verdict,
             "configs": g.configs.iter().map(|s| json!({
