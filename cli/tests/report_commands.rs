@@ -221,6 +221,32 @@ async fn compare_report_and_diff_read_the_embedded_store() {
         .map(|g| g["winner"].as_str().unwrap())
         .collect();
     assert_eq!(winners, ["a", "b"]);
+    // Each verdict carries its test: two levels tested, Holm over both.
+    assert_eq!(
+        (json["alpha"].as_f64(), json["tests"].as_u64()),
+        (Some(0.05), Some(2))
+    );
+    for g in json["groups"].as_array().unwrap() {
+        let (p, adj) = (
+            g["p_value"].as_f64().unwrap(),
+            g["p_adjusted"].as_f64().unwrap(),
+        );
+        assert!(p <= adj && adj <= 2.0 * p + 1e-12, "{g}");
+        let ci = g["effect_ci_pct"].as_array().unwrap();
+        assert!(ci[0].as_f64() < g["effect_pct"].as_f64(), "{g}");
+        assert!(
+            g["mde_pct"].as_f64().is_some()
+                && g["verdict"].as_str().unwrap().contains("significant"),
+            "{g}"
+        );
+    }
+    // A significance level outside (0, 1) is refused, naming the flag.
+    let bad = fleetbench(dir.path(), &["compare", "ab", "--alpha", "1.5"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--alpha"),
+        "{bad:?}"
+    );
 
     let out = dir.path().join("out");
     let text = ok(&fleetbench(

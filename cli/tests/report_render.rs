@@ -427,7 +427,7 @@ fn terminal_comparison_shows_winners_crossovers_and_crashes() {
     assert!(text.contains("winner +"), "{text}");
     assert!(text.contains("CRASHED (python_exception)"), "{text}");
     assert!(
-        text.contains("Crossovers (the winner changes with load):"),
+        text.contains("Crossovers (the significant winner changes with load):"),
         "{text}"
     );
     assert!(text.contains("b on local (random-512 c=256): python_exception: AttributeError: 'NoneType' object has no attribute 'shape'"), "{text}");

@@ -293,8 +293,15 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<CompareRequest>,
     ) -> Result<Response<CompareResponse>, Status> {
-        let results = self.results(&request.into_inner().job_ids, false).await?;
-        Ok(Response::new(crate::compare::compare(&results)))
+        let r = request.into_inner();
+        if r.alpha != 0.0 && !(r.alpha > 0.0 && r.alpha < 1.0) {
+            return Err(Status::invalid_argument(format!(
+                "alpha: a significance level is between 0 and 1 (exclusive), got {}",
+                r.alpha
+            )));
+        }
+        let results = self.results(&r.job_ids, false).await?;
+        Ok(Response::new(crate::compare::compare_at(&results, r.alpha)))
     }
 
     async fn record_suite_run(

@@ -1,16 +1,20 @@
 //! The comparison of configs: per workload and load level, every config's figures averaged
-//! over its repeats, the winner with its margin, whether that margin stands out from the
-//! run-to-run noise, where the winner changes with load, and the crashes.
+//! over its repeats, the winner with its margin, whether that margin is significant, where the
+//! winner changes with load, and the crashes.
 //!
-//! Significance rule: a winner's margin is significant when both the winner and the runner-up
-//! have at least two successful repeats at the level and the difference of their mean output
-//! throughputs exceeds the sum of their sample standard deviations, i.e. their ±1σ bands over
-//! repeats do not overlap. With three repeats each this is about p < 0.07 under Welch's t-test;
-//! it is deliberately simple so that a reader can check it from the table. With one repeat the
-//! noise is unknown and no margin is called significant.
+//! Significance (docs/tuning.md): Welch's t-test on the log of output tokens/s, winner against
+//! runner-up, two-sided at `alpha` (0.05 unless asked otherwise), with Holm's correction over
+//! every level and workload tested, so that an A/A job calls anything significant at most
+//! `alpha` of the time. Each tested level also carries the effect (ratio of geometric means)
+//! with its confidence interval and the minimum detectable effect at its repeat count. With one
+//! repeat on a side no spread was measured and nothing is tested. Crossovers are reported only
+//! between levels whose winners are significant: a "crossover" between two configs that are
+//! not told apart is noise.
 //!
-//! A config whose engine crashed, or whose level failed, in any repeat at a level does not win
-//! that level: a config that falls over is not a candidate at that load.
+//! A config may not win a level when its engine crashed, or its level failed, in any repeat (a
+//! config that falls over is not a candidate at that load), or when its error rate at the level
+//! (failed / (completed + failed), summed over its repeats) exceeds the job's
+//! `[load] slo.max_error_rate` (default 0.01). The group's verdict says why.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,12 +24,40 @@ use fleetbench_proto::controllerpb::{
     RunState, StoredLevel,
 };
 
+use fleetbench_stats::decide::{LevelTest, compare_family};
+
 use crate::spec::level_label;
 
-/// Compares every config of the jobs in `results` (one job or several).
+/// Compares every config of the jobs in `results` (one job or several) at the default alpha.
 pub fn compare(results: &GetResultsResponse) -> CompareResponse {
+    compare_at(results, fleetbench_stats::DEFAULT_ALPHA)
+}
+
+/// The highest error rate each job's spec allows (the default where a spec cannot be read).
+fn max_error_rates(results: &GetResultsResponse) -> HashMap<String, f64> {
+    results
+        .jobs
+        .iter()
+        .map(|j| {
+            let max = crate::spec::parse(&j.file_name, &j.spec_toml)
+                .map_or(crate::spec::DEFAULT_MAX_ERROR_RATE, |s| {
+                    s.load.slo.max_error_rate
+                });
+            (j.id.clone(), max)
+        })
+        .collect()
+}
+
+/// Compares every config of the jobs in `results` at significance level `alpha` (0 < alpha < 1).
+pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
+    let alpha = if alpha > 0.0 && alpha < 1.0 {
+        alpha
+    } else {
+        fleetbench_stats::DEFAULT_ALPHA
+    };
     let names = display_names(results);
     let levels = latest_attempts(&results.levels);
+    let max_errors = max_error_rates(results);
 
     let mut groups: BTreeMap<(String, LevelKey), LevelSamples<'_>> = BTreeMap::new();
     for l in &levels {
@@ -42,17 +74,114 @@ pub fn compare(results: &GetResultsResponse) -> CompareResponse {
         entry.1.entry(key).or_default().push(l);
     }
 
-    let mut out = CompareResponse::default();
+    let mut out = CompareResponse {
+        alpha,
+        ..Default::default()
+    };
+    let mut samples: Vec<Option<Pair>> = Vec::new();
     for ((workload, _), (level, configs)) in &groups {
-        let stats: Vec<(ConfigLevelStats, bool)> = configs
+        let stats: Vec<Scored> = configs
             .iter()
-            .map(|(key, samples)| config_stats(key, samples, &names))
+            .map(|(key, s)| {
+                let max = max_errors
+                    .get(&key.job_id)
+                    .copied()
+                    .unwrap_or(crate::spec::DEFAULT_MAX_ERROR_RATE);
+                config_stats(key, s, &names, max)
+            })
             .collect();
-        out.groups.push(decide(workload, level, stats));
+        let (group, pair) = decide(workload, level, stats);
+        out.groups.push(group);
+        samples.push(pair);
     }
+    test_groups(&mut out, &samples, alpha);
     out.crossovers = crossovers(&out.groups);
     out.crashes = crashes(results, &levels, &names);
     out
+}
+
+/// The winner's and the runner-up's per-repeat throughputs at a level.
+type Pair = (Vec<f64>, Vec<f64>);
+
+/// A config's figures at a level, its per-repeat throughputs, and why it may not win (None:
+/// it may).
+struct Scored {
+    stats: ConfigLevelStats,
+    throughputs: Vec<f64>,
+    excluded: Option<String>,
+}
+
+/// Runs the family of tests (winner against runner-up wherever there is one) and writes each
+/// group's verdict.
+fn test_groups(out: &mut CompareResponse, pairs: &[Option<Pair>], alpha: f64) {
+    let tested: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].is_some()).collect();
+    let refs: Vec<(&[f64], &[f64])> = tested
+        .iter()
+        .filter_map(|&i| pairs[i].as_ref().map(|(w, r)| (&w[..], &r[..])))
+        .collect();
+    let calls = compare_family(&refs, alpha);
+    out.tests = calls
+        .iter()
+        .filter(|c| matches!(c.test, LevelTest::Tested { .. }))
+        .count() as u32;
+    for (&i, call) in tested.iter().zip(&calls) {
+        let g = &mut out.groups[i];
+        match call.test {
+            LevelTest::NoSpread => {
+                g.verdict = format!(
+                    "no spread measured (one repeat on a side): {} leads by {:+.1}%, untested",
+                    g.winner_config, g.margin_pct
+                );
+            }
+            LevelTest::Tested { effect, mde } => {
+                let pct = |x: f64| (x - 1.0) * 100.0;
+                g.tested = true;
+                g.p_value = call.p;
+                g.p_adjusted = call.p_adjusted;
+                g.effect_pct = pct(effect.ratio);
+                g.effect_low_pct = pct(effect.low);
+                g.effect_high_pct = pct(effect.high);
+                g.mde_pct = mde.map(|m| m * 100.0);
+                g.margin_significant = call.significant;
+                let ci = format!(
+                    "{:+.1}% [{:+.1}% .. {:+.1}%]",
+                    g.effect_pct, g.effect_low_pct, g.effect_high_pct
+                );
+                let mde = g
+                    .mde_pct
+                    .map(|m| format!(", detectable {m:.1}%"))
+                    .unwrap_or_default();
+                g.verdict = if call.significant {
+                    format!(
+                        "{} wins by {ci}, significant (p {:.3}, Holm {:.3}{mde})",
+                        g.winner_config, call.p, call.p_adjusted
+                    )
+                } else {
+                    format!(
+                        "{} vs {}: {ci}, not significant (p {:.3}, Holm {:.3}{mde})",
+                        g.winner_config, g.runner_up_config, call.p, call.p_adjusted
+                    )
+                };
+            }
+        }
+    }
+    for g in &mut out.groups {
+        let why: Vec<String> = g
+            .configs
+            .iter()
+            .filter(|c| !c.excluded_reason.is_empty())
+            .map(|c| format!("{} cannot win: {}", c.config_name, c.excluded_reason))
+            .collect();
+        if g.verdict.is_empty() {
+            g.verdict = match g.winner_config.is_empty() {
+                true => "no config may win this level".to_string(),
+                false => format!("{} is the only config that may win", g.winner_config),
+            };
+        }
+        if !why.is_empty() {
+            g.verdict = format!("{}; {}", g.verdict, why.join("; "));
+        }
+    }
 }
 
 /// One level of one workload: the level and each config's stored results at it.
@@ -179,20 +308,23 @@ fn std_dev(xs: &[f64]) -> f64 {
 }
 
 /// The figures of one config at one level, and whether it may win the level: every repeat ran
-/// to the end (none crashed or failed).
+/// to the end (none crashed or failed) and its error rate is within `max_error_rate`.
 fn config_stats(
     key: &ConfigKey,
     samples: &[&StoredLevel],
     names: &HashMap<(String, String), String>,
-) -> (ConfigLevelStats, bool) {
-    let ok: Vec<&agentpb::LevelResult> = samples
+    max_error_rate: f64,
+) -> Scored {
+    let results: Vec<&agentpb::LevelResult> =
+        samples.iter().filter_map(|l| l.result.as_ref()).collect();
+    let ok: Vec<&agentpb::LevelResult> = results
         .iter()
-        .filter_map(|l| l.result.as_ref())
+        .copied()
         .filter(|r| r.outcome() == LevelOutcome::Ok)
         .collect();
-    let crashed = samples
+    let crashed = results
         .iter()
-        .filter_map(|l| l.result.as_ref())
+        .copied()
         .find(|r| r.outcome() == LevelOutcome::Crashed);
     let tput: Vec<f64> = ok.iter().map(|r| r.output_tokens_per_s).collect();
     let avg = |f: &dyn Fn(&agentpb::LevelResult) -> Option<f64>| {
@@ -204,7 +336,44 @@ fn config_stats(
         .cloned()
         .or_else(|| samples.first().map(|l| l.config_name.clone()))
         .unwrap_or_default();
-    let eligible = !ok.is_empty() && ok.len() == samples.len();
+    let failed: u64 = results.iter().map(|r| r.failed).sum();
+    let completed: u64 = results.iter().map(|r| r.completed).sum();
+    let error_rate = if failed + completed > 0 {
+        failed as f64 / (failed + completed) as f64
+    } else {
+        0.0
+    };
+    let not_ok = samples.len() - ok.len();
+    let excluded = if let Some(c) = crashed {
+        let class = c
+            .crash
+            .as_ref()
+            .map(|c| crate::metrics::crash_class_word(c.class()))
+            .unwrap_or_else(|| "crash".into());
+        Some(format!(
+            "the engine crashed ({class}) in {} of {} repeats",
+            results
+                .iter()
+                .filter(|r| r.outcome() == LevelOutcome::Crashed)
+                .count(),
+            samples.len()
+        ))
+    } else if ok.is_empty() || not_ok > 0 {
+        Some(format!(
+            "the level failed in {not_ok} of {} repeats",
+            samples.len()
+        ))
+    } else if error_rate > max_error_rate {
+        Some(format!(
+            "error rate {:.2}% ({failed} of {} requests failed) is above the SLO's \
+             max_error_rate {:.2}%",
+            error_rate * 100.0,
+            failed + completed,
+            max_error_rate * 100.0
+        ))
+    } else {
+        None
+    };
     let stats = ConfigLevelStats {
         config_id: key.config_id.clone(),
         config_name: name,
@@ -219,11 +388,7 @@ fn config_stats(
         itl_p99_ms: avg(&|r| percentile(r.itl_ms.as_ref(), 99.0)),
         e2e_p50_ms: avg(&|r| percentile(r.e2e_ms.as_ref(), 50.0)),
         e2e_p99_ms: avg(&|r| percentile(r.e2e_ms.as_ref(), 99.0)),
-        errors: samples
-            .iter()
-            .filter_map(|l| l.result.as_ref())
-            .map(|r| r.failed)
-            .sum(),
+        errors: failed,
         crashed: crashed.is_some(),
         crash_class: crashed
             .and_then(|r| r.crash.as_ref())
@@ -240,50 +405,61 @@ fn config_stats(
                 .collect();
             (!watts.is_empty()).then(|| mean(&watts))
         },
+        error_rate,
+        excluded_reason: excluded.clone().unwrap_or_default(),
     };
-    (stats, eligible)
+    Scored {
+        stats,
+        throughputs: tput,
+        excluded,
+    }
 }
 
+/// A group's winner and runner-up (by mean output tokens/s among the configs that may win),
+/// and their per-repeat throughputs for the test.
 fn decide(
     workload: &str,
     level: &agentpb::LoadLevel,
-    configs: Vec<(ConfigLevelStats, bool)>,
-) -> CompareGroup {
+    configs: Vec<Scored>,
+) -> (CompareGroup, Option<Pair>) {
     let mut group = CompareGroup {
         workload: workload.to_string(),
         level: Some(*level),
         level_label: level_label(level),
         ..Default::default()
     };
-    let mut ranked: Vec<&ConfigLevelStats> = configs
-        .iter()
-        .filter(|(_, eligible)| *eligible)
-        .map(|(s, _)| s)
-        .collect();
-    ranked.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
+    let mut ranked: Vec<&Scored> = configs.iter().filter(|s| s.excluded.is_none()).collect();
+    ranked.sort_by(|a, b| {
+        b.stats
+            .output_tokens_per_s
+            .total_cmp(&a.stats.output_tokens_per_s)
+    });
+    let mut pair = None;
     if let Some(w) = ranked.first() {
-        group.winner_config = w.config_name.clone();
+        group.winner_config = w.stats.config_name.clone();
         if let Some(r) = ranked.get(1) {
-            group.runner_up_config = r.config_name.clone();
-            if r.output_tokens_per_s > 0.0 {
-                group.margin_pct =
-                    (w.output_tokens_per_s - r.output_tokens_per_s) / r.output_tokens_per_s * 100.0;
+            group.runner_up_config = r.stats.config_name.clone();
+            if r.stats.output_tokens_per_s > 0.0 {
+                group.margin_pct = (w.stats.output_tokens_per_s - r.stats.output_tokens_per_s)
+                    / r.stats.output_tokens_per_s
+                    * 100.0;
             }
-            group.margin_significant = w.repeats >= 2
-                && r.repeats >= 2
-                && w.output_tokens_per_s - r.output_tokens_per_s
-                    > w.output_tokens_per_s_spread + r.output_tokens_per_s_spread;
+            pair = Some((w.throughputs.clone(), r.throughputs.clone()));
         }
     }
-    group.configs = configs.into_iter().map(|(s, _)| s).collect();
-    group
+    group.configs = configs.into_iter().map(|s| s.stats).collect();
+    (group, pair)
 }
 
 fn crossovers(groups: &[CompareGroup]) -> Vec<Crossover> {
     let mut out = Vec::new();
     let mut prev: Option<&CompareGroup> = None;
     for g in groups {
-        if g.winner_config.is_empty() {
+        // Only a decisive winner counts: significant, or the only config that may win a
+        // level others took part in (they crashed, failed or erred). An untested or
+        // insignificant lead is not a winner a crossover can be drawn from.
+        let alone = g.runner_up_config.is_empty() && g.configs.len() > 1;
+        if g.winner_config.is_empty() || !(g.margin_significant || alone) {
             continue;
         }
         if let Some(p) = prev.filter(|p| p.workload == g.workload)

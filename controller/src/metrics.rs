@@ -390,6 +390,32 @@ impl Metrics {
         self.gauge(&names::REGRESSION_BASELINE, labels, baseline);
     }
 
+    /// A change point of a suite's check: the series' value is when the new level starts
+    /// (Unix ms), its labels say where and how much, so a Grafana annotation query with
+    /// "series value as timestamp" marks it on the regression history.
+    pub fn regression_change_point(
+        &self,
+        suite: &str,
+        metric: &str,
+        level: &str,
+        job_id: &str,
+        relative: f64,
+        start_unix_ms: i64,
+    ) {
+        let labels = vec![
+            (attr::SUITE, suite.to_string()),
+            (attr::METRIC, metric.to_string()),
+            (attr::LEVEL, level.to_string()),
+            (attr::JOB_ID, job_id.to_string()),
+            (attr::CHANGE, format!("{:+.1}%", relative * 100.0)),
+        ];
+        self.gauge(
+            &names::REGRESSION_CHANGE_POINT,
+            labels,
+            start_unix_ms as f64,
+        );
+    }
+
     /// The in-process store behind `/metrics` (read back in tests).
     pub fn registry(&self) -> &Registry {
         &self.registry

@@ -388,6 +388,15 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
             &level,
             *cur < base * 0.95,
         );
+        // A change point as the trend analysis exports it (the annotation query reads it).
+        metrics.regression_change_point(
+            "quickstart",
+            "output_tokens_per_s",
+            &level,
+            &resp.job_id,
+            *cur / *base - 1.0,
+            fleetbench_proto::now_unix_ms(),
+        );
         verdicts += 1;
     }
     assert_eq!(verdicts, 3, "both configs stored every level: {tps:?}");

@@ -1,6 +1,9 @@
 //! `[suite]` validation: every problem located as file:line: field: message, and the
-//! verdict rule on fixed numbers (worse than the tolerance AND outside the noise).
+//! verdict rule on fixed numbers (worse than the tolerance AND shown worse by the test, Holm
+//! over the suite), the error-rate check, the history's between-run variance, and the drift a
+//! last-passing baseline cannot see.
 
+use fleetbench_controller::regress::history::PastRun;
 use fleetbench_controller::regress::verdict::{self, Status};
 use fleetbench_controller::spec::suite::{Baseline, Direction, Metric, parse_suite};
 use fleetbench_proto::agentpb::{Distribution, LevelOutcome, LevelResult, LoadLevel};
@@ -56,7 +59,7 @@ fn every_problem_is_located() {
         "[suite]\nbaseline = \"yesterday\"\nconfidence = 1.5\nmetrics = [\n  { name = \"output_tokens_per_sec\", tolerance = 0.05 },\n  { name = \"ttft_p99_ms\", tolerance = 2 },\n  { name = \"itl_p50_ms\", direction = \"up\", tolerance = 0.1 },\n  { name = \"e2e_p99_ms\" },\n]\n",
     );
     let want = [
-        "suite.toml:16: suite.baseline: expected \"last-passing\" or \"tag:NAME\", got \"yesterday\"",
+        "suite.toml:16: suite.baseline: expected \"last-passing\", \"first\" or \"tag:NAME\", got \"yesterday\"",
         "suite.toml:17: suite.confidence: a confidence is between 0.5 and 1 (exclusive), got 1.5",
         "suite.toml:19: suite.metrics[0].name: unknown metric \"output_tokens_per_sec\" (did you mean \"output_tokens_per_s\"?)",
         "suite.toml:20: suite.metrics[1].tolerance: a relative tolerance is at least 0 and below 1 (0.05 = 5%), got 2",
@@ -126,7 +129,7 @@ fn a_regression_is_worse_than_the_tolerance_and_outside_the_noise() {
     // zero, so this is noise, not a regression.
     let v = check(&[(100.5, 10.0), (80.0, 12.5), (96.0, 10.4)]);
     assert_eq!(v[0].status, Status::Pass, "{v:?}");
-    assert!(v[0].detail.contains("inside the noise"), "{}", v[0].detail);
+    assert!(v[0].detail.contains("not shown"), "{}", v[0].detail);
     // Better by far: never a regression.
     let v = check(&[(150.0, 7.0), (151.0, 7.0), (149.0, 7.1)]);
     assert!(v.iter().all(|v| v.status == Status::Pass), "{v:?}");
@@ -165,4 +168,210 @@ fn every_suite_example_parses() {
         }
     }
     assert!(seen >= 1, "no examples/suite-*.toml");
+}
+
+fn suite_with(metrics: &str, baseline: &str) -> fleetbench_controller::spec::suite::SuiteSpec {
+    let text = format!("{HEAD}[suite]\nbaseline = \"{baseline}\"\nmetrics = [{metrics}]\n");
+    parse_suite("suite.toml", &text).unwrap().1
+}
+
+/// One run of config "a": its repeats' throughputs (ITL 10 ms, no failures).
+fn run_of(tput: &[f64]) -> verdict::Grouped {
+    let levels: Vec<_> = tput
+        .iter()
+        .enumerate()
+        .map(|(i, t)| level("a", i as u32, *t, 10.0, false))
+        .collect();
+    verdict::group(&levels)
+}
+
+fn past(runs: &[&[f64]]) -> Vec<PastRun> {
+    runs.iter()
+        .enumerate()
+        .map(|(i, t)| PastRun {
+            job_id: format!("job-{i:02}"),
+            created_unix_ms: 1_800_000_000_000 + i as i64 * 3_600_000,
+            levels: run_of(t),
+        })
+        .collect()
+}
+
+const TPUT: &str = "{ name = \"output_tokens_per_s\", tolerance = 0.03 }";
+
+#[test]
+fn one_repeat_is_untested_unless_the_history_measures_the_spread() {
+    let suite = suite_with(TPUT, "last-passing");
+    let v = verdict::verdicts(&suite, Some(&run_of(&[100.0])), &run_of(&[90.0]));
+    assert_eq!(v[0].status, Status::Pass, "{v:?}");
+    assert!(
+        v[0].change.is_none() && v[0].detail.contains("no spread measured"),
+        "{}",
+        v[0].detail
+    );
+    // Five stored runs, one repeat each, within about 1% of each other: a 10% drop is real.
+    let history = past(&[&[100.0], &[101.0], &[99.5], &[100.5], &[100.0]]);
+    let v =
+        verdict::verdicts_with_history(&suite, Some(&run_of(&[100.0])), &run_of(&[90.0]), &history);
+    assert_eq!(v[0].status, Status::Regressed, "{}", v[0].detail);
+    assert!(v[0].change.unwrap().between_runs && v[0].trend.runs == 5);
+}
+
+#[test]
+fn the_variance_between_runs_keeps_run_to_run_drift_from_failing() {
+    // Tight repeats inside each run, but whole runs differ by about 5% (the CI story).
+    let suite = suite_with(TPUT, "tag:x");
+    let history = past(&[
+        &[100.0, 100.2, 99.9],
+        &[95.0, 95.1, 94.9],
+        &[104.0, 104.1, 103.8],
+        &[98.0, 98.2, 97.9],
+        &[103.0, 102.9, 103.2],
+    ]);
+    let base = run_of(&[103.0, 102.9, 103.2]);
+    let cur = run_of(&[97.0, 97.1, 96.9]);
+    // From the repeats alone the 6% drop looks certain ...
+    let alone = verdict::verdicts(&suite, Some(&base), &cur);
+    assert_eq!(alone[0].status, Status::Regressed, "{}", alone[0].detail);
+    // ... the history says runs vary that much with no change at all.
+    let with = verdict::verdicts_with_history(&suite, Some(&base), &cur, &history);
+    assert_eq!(with[0].status, Status::Pass, "{}", with[0].detail);
+    assert!(
+        with[0]
+            .detail
+            .contains("between-run variance of 5 stored runs"),
+        "{}",
+        with[0].detail
+    );
+}
+
+#[test]
+fn holm_over_the_suite_keeps_many_small_doubts_from_failing_it() {
+    // Six levels, each about 4% worse with 2% noise: one-sided p of about 0.03 each. Alone,
+    // each would fail a 3% tolerance at alpha 0.05; over six checks, Holm asks more.
+    let suite = suite_with(TPUT, "tag:x");
+    let mut base = Vec::new();
+    let mut cur = Vec::new();
+    for c in 0..6u32 {
+        for (i, (b, k)) in [(100.0, 95.5), (102.0, 98.0), (98.0, 94.0)]
+            .iter()
+            .enumerate()
+        {
+            let mut lb = level("a", i as u32, *b, 10.0, false);
+            let mut lc = level("a", i as u32, *k, 10.0, false);
+            for l in [&mut lb, &mut lc] {
+                l.result
+                    .as_mut()
+                    .unwrap()
+                    .level
+                    .as_mut()
+                    .unwrap()
+                    .concurrency = Some(1 << c);
+            }
+            base.push(lb);
+            cur.push(lc);
+        }
+    }
+    let v = verdict::verdicts(&suite, Some(&verdict::group(&base)), &verdict::group(&cur));
+    assert_eq!(v.len(), 6);
+    for x in &v {
+        let (p, adj) = (x.p_worse.unwrap(), x.p_adjusted.unwrap());
+        assert!(p < 0.05 && adj > 0.05, "{}", x.detail);
+        assert_eq!(x.status, Status::Pass, "{}", x.detail);
+    }
+    // One of them alone fails.
+    let one = |g: &[StoredLevel]| {
+        verdict::group(
+            &g.iter()
+                .filter(|l| l.result.as_ref().unwrap().level.unwrap().concurrency == Some(1))
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
+    };
+    let v = verdict::verdicts(&suite, Some(&one(&base)), &one(&cur));
+    assert_eq!(v[0].status, Status::Regressed, "{}", v[0].detail);
+}
+
+#[test]
+fn a_rise_of_the_error_rate_fails_even_when_throughput_holds() {
+    let suite = suite_with(
+        &format!("{TPUT}, {{ name = \"error_rate\", tolerance = 0.01 }}"),
+        "tag:x",
+    );
+    let with_errors = |failed: u64| {
+        let levels: Vec<_> = [100.0, 101.0, 99.0]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut l = level("a", i as u32, *t, 10.0, false);
+                let r = l.result.as_mut().unwrap();
+                r.completed = 1000 - failed;
+                r.failed = failed;
+                l
+            })
+            .collect::<Vec<_>>();
+        verdict::group(&levels)
+    };
+    let v = verdict::verdicts(&suite, Some(&with_errors(1)), &with_errors(40));
+    assert_eq!(v.len(), 2);
+    assert_eq!(
+        v[0].status,
+        Status::Pass,
+        "throughput held: {}",
+        v[0].detail
+    );
+    assert_eq!(
+        (v[1].metric, v[1].status),
+        (Metric::ErrorRate, Status::Regressed),
+        "{}",
+        v[1].detail
+    );
+    assert!(
+        v[1].detail.contains("error rate 0.10% -> 4.00%"),
+        "{}",
+        v[1].detail
+    );
+    // Half a point more errors is within the 1-point tolerance.
+    let v = verdict::verdicts(&suite, Some(&with_errors(1)), &with_errors(6));
+    assert_eq!(v[1].status, Status::Pass, "{}", v[1].detail);
+    assert!(verdict::passed(&v));
+}
+
+#[test]
+fn four_small_slowdowns_under_last_passing_are_caught_as_a_drift() {
+    // Each step is 4% (under the 5% tolerance), so each run passes against the one before:
+    // the ratchet. The history's change points add the steps up.
+    let tput = "{ name = \"output_tokens_per_s\", tolerance = 0.05 }";
+    let mut runs: Vec<Vec<f64>> = Vec::new();
+    for i in 0..29 {
+        let level = 100.0 * 0.96f64.powi((i / 6) as i32);
+        let wiggle = [1.0, 0.99, 1.01, 1.005, 0.995, 1.0][i % 6];
+        runs.push(vec![
+            level * wiggle,
+            level * wiggle * 1.002,
+            level * wiggle * 0.998,
+        ]);
+    }
+    let refs: Vec<&[f64]> = runs.iter().map(|r| &r[..]).collect();
+    let history = past(&refs);
+    let base = run_of(&runs[28]);
+    let cur = run_of(&[84.9, 85.0, 84.8]);
+    let suite = suite_with(tput, "last-passing");
+    let v = verdict::verdicts_with_history(&suite, Some(&base), &cur, &history);
+    assert_eq!(v[0].status, Status::Regressed, "{}", v[0].detail);
+    assert!(
+        v[0].detail
+            .contains("DRIFT: 4 successive worse change point(s)"),
+        "{}",
+        v[0].detail
+    );
+    let starts: Vec<usize> = v[0].trend.change_points.iter().map(|p| p.index).collect();
+    assert_eq!(starts, [6, 12, 18, 24], "{:?}", v[0].trend.change_points);
+    assert_eq!(v[0].trend.change_points[0].job_id, "job-06");
+    // The same run against the last passing run alone: within the tolerance.
+    let alone = verdict::verdicts(&suite, Some(&base), &cur);
+    assert_eq!(alone[0].status, Status::Pass, "{}", alone[0].detail);
+    // The report and JUnit show the change points.
+    assert!(verdict::render(&v).contains("change points over the stored history"));
+    let xml = fleetbench_controller::regress::junit::junit_xml("s", &v).unwrap();
+    assert!(xml.contains("change points: run job-06"), "{xml}");
 }

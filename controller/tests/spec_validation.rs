@@ -80,8 +80,9 @@ fn bad_load() {
             "bad_load.toml:19: load.duration: give either requests or duration per level, not both",
             "bad_load.toml:20: load.percentiles[1]: a percentile is between 0 and 100 (exclusive), got 100",
             "bad_load.toml:21: load.concurency: unknown key \"concurency\" (did you mean \"concurrency\"?)",
-            "bad_load.toml:22: load.slo.itl: unknown key \"itl\" (expected one of: ttft_ms, itl_ms, e2e_ms)",
+            "bad_load.toml:22: load.slo.itl: unknown key \"itl\" (expected one of: ttft_ms, itl_ms, e2e_ms, max_error_rate)",
             "bad_load.toml:22: load.slo.ttft_ms: must be greater than 0, got 0",
+            "bad_load.toml:22: load.slo.max_error_rate: an error rate is a share of requests, between 0 and 1 (0.01 = one in a hundred), got 1.5",
         ],
     );
 }

@@ -87,8 +87,19 @@ async fn halving_and_grid_find_the_models_best_and_halving_costs_less() {
         );
         assert!(!o.pareto.is_empty(), "{report}");
     }
-    assert_eq!(sh.rounds.len(), 2);
-    assert_eq!(grid.rounds.len(), 1);
+    // Each search ends with a confirmation round of its finalists (the winner's curse: the
+    // round that picked the best cannot also measure its margin). Before issue 12 the halving
+    // had 2 rounds and the grid 1, and the margin came from the picking round.
+    assert_eq!(sh.rounds.len(), 3);
+    assert_eq!(grid.rounds.len(), 2);
+    for o in [&sh, &grid] {
+        let last = o.rounds.last().unwrap();
+        assert!(last.confirmation && last.repeats == 3 && last.requests_fraction == 1.0);
+        assert!((2..=3).contains(&last.candidates), "{report}");
+        // The best's figures are the confirmation round's.
+        let best = o.best_result().unwrap();
+        assert_eq!(best.measured.as_ref().unwrap().score_repeats.len(), 3);
+    }
     assert!(
         sh.engine_minutes < grid.engine_minutes,
         "halving {} vs grid {} engine-minutes\n{report}",
@@ -97,10 +108,15 @@ async fn halving_and_grid_find_the_models_best_and_halving_costs_less() {
     );
     let m = sh.margin.as_ref().expect("a margin over the runner-up");
     assert!(
-        m.relative > 0.0 && (0.0..=1.0).contains(&m.confidence) && m.repeats == 2,
+        m.relative > 0.0 && (0.0..=1.0).contains(&m.confidence) && m.repeats == 3,
         "{m:?}"
     );
-    assert!(report.contains("(95%), confidence"), "{report}");
+    assert!((m.confidence - (1.0 - m.p)).abs() < 1e-12, "{m:?}");
+    assert!(
+        report.contains("in the confirmation round (3 fresh repeats)")
+            && report.contains("(95%), p "),
+        "{report}"
+    );
     // From one repeat a side nothing measured the spread: no interval, no confidence.
     let mut one = sh.clone();
     one.margin.as_mut().unwrap().repeats = 1;

@@ -1,6 +1,7 @@
 //! `fleetbench compare JOB [JOB…]`: per workload and load level, every config's throughput,
-//! latency percentiles and errors, the winner with its margin and whether it exceeds the
-//! run-to-run noise, crossovers, and crashes with their classification.
+//! latency percentiles and errors, the winner with its margin, effect interval, p-values and
+//! minimum detectable effect, crossovers between significant winners, and crashes with their
+//! classification.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,20 @@ pub struct Args {
     /// Print the comparison as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Significance level of the tests (Welch's t on log throughput, two-sided, Holm over the
+    /// levels and workloads compared).
+    #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
+    pub alpha: f64,
+}
+
+fn parse_alpha(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(a) if a > 0.0 && a < 1.0 => Ok(a),
+        Ok(a) => Err(format!(
+            "a significance level is between 0 and 1 (exclusive), got {a}"
+        )),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -31,7 +46,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ids.push(source.resolve_job(j).await?);
     }
     let results = source.results(&ids, false).await?;
-    let compare = source.compare(&ids, &results).await?;
+    let compare = source.compare(&ids, &results, args.alpha).await?;
     source.close().await;
     if args.json {
         println!(

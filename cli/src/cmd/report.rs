@@ -130,21 +130,24 @@ impl Source {
         }
     }
 
-    /// The comparison of the jobs: the controller's, or computed here from the store.
+    /// The comparison of the jobs at significance level `alpha` (0: the default): the
+    /// controller's, or computed here from the store.
     pub async fn compare(
         &mut self,
         job_ids: &[String],
         results: &GetResultsResponse,
+        alpha: f64,
     ) -> anyhow::Result<CompareResponse> {
         match self {
             Source::Remote(c) => Ok(c
                 .compare(CompareRequest {
                     job_ids: job_ids.to_vec(),
+                    alpha,
                 })
                 .await
                 .context("Compare")?
                 .into_inner()),
-            Source::Local(_) => Ok(fleetbench_controller::compare::compare(results)),
+            Source::Local(_) => Ok(fleetbench_controller::compare::compare_at(results, alpha)),
         }
     }
 
@@ -188,7 +191,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ids.push(source.resolve_job(j).await?);
     }
     let results = source.results(&ids, true).await?;
-    let compare = source.compare(&ids, &results).await?;
+    let compare = source.compare(&ids, &results, 0.0).await?;
     source.close().await;
     let dir = args
         .output

@@ -193,6 +193,7 @@ async fn finish(client: &mut Client, job: &Job, dir: &Path) -> anyhow::Result<()
     let compare = client
         .compare(CompareRequest {
             job_ids: vec![job.id.clone()],
+            alpha: 0.0,
         })
         .await
         .context("Compare")?

@@ -113,7 +113,7 @@ fn workloads(compare: &CompareResponse) -> Vec<(&str, Vec<&CompareGroup>)> {
 }
 
 fn comparison(h: &mut String, compare: &CompareResponse, colors: &Colors) {
-    h.push_str("<h2>Comparison</h2>\n<p class=\"meta\">Throughput is the mean over repeats (± their standard deviation); latencies are the mean of each repeat's percentile. A margin is significant when the difference of the means exceeds the sum of the two standard deviations (needs 2+ repeats).</p>\n");
+    h.push_str("<h2>Comparison</h2>\n<p class=\"meta\">Throughput is the mean over repeats (± their standard deviation); latencies are the mean of each repeat's percentile. A margin is significant when Welch's t-test on the log throughputs of the winner and the runner-up rejects equality at the stated alpha after Holm's correction over every level tested (needs 2+ repeats per side); a config that crashed, failed, or exceeded the SLO's max_error_rate cannot win.</p>\n");
     if compare.groups.is_empty() {
         h.push_str("<p class=\"note\">No level results were stored for this job.</p>\n");
     }
@@ -123,7 +123,7 @@ fn comparison(h: &mut String, compare: &CompareResponse, colors: &Colors) {
             "<h3>Workload {}</h3>\n<table><tr><th class=\"l\">level</th><th class=\"l\">config</th><th>out tok/s</th><th>±</th><th>req/s</th><th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>E2E p50</th><th>E2E p99</th><th>errors</th><th class=\"l\">verdict</th></tr>",
             esc(w)
         );
-        for g in groups {
+        for g in &groups {
             for (i, c) in g.configs.iter().enumerate() {
                 let winner = c.config_name == g.winner_config;
                 let mut class = if c.crashed {
@@ -141,6 +141,8 @@ fn comparison(h: &mut String, compare: &CompareResponse, colors: &Colors) {
                     format!("crashed ({})", crash_class_name(c.crash_class))
                 } else if winner {
                     winner_note(g)
+                } else if !c.excluded_reason.is_empty() {
+                    format!("cannot win: {}", c.excluded_reason)
                 } else {
                     String::new()
                 };
@@ -173,6 +175,16 @@ fn comparison(h: &mut String, compare: &CompareResponse, colors: &Colors) {
             }
         }
         h.push_str("</table>\n");
+        // The test behind each verdict: effect, interval, p-values, detectable effect.
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">Welch's t on log output tok/s, two-sided, alpha {}, Holm over {} tested level(s).</p><ul class=\"note\">",
+            compare.alpha, compare.tests
+        );
+        for g in groups.iter().filter(|g| !g.verdict.is_empty()) {
+            let _ = writeln!(h, "<li>{}: {}</li>", esc(&g.level_label), esc(&g.verdict));
+        }
+        h.push_str("</ul>\n");
     }
     if !compare.crossovers.is_empty() {
         h.push_str("<h3>Crossovers</h3><ul>\n");

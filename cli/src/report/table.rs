@@ -30,9 +30,17 @@ pub fn render_compare(compare: &CompareResponse) -> String {
         out.push_str(&format!("\nWorkload {w}\n"));
         out.push_str(&workload_table(&groups).to_string());
         out.push('\n');
+        out.push_str(&format!(
+            "Tests: Welch's t on log output tok/s, two-sided, alpha {}, Holm over {} tested \
+             level(s); effect [{:.0}% interval]:\n",
+            compare.alpha,
+            compare.tests,
+            (1.0 - compare.alpha) * 100.0
+        ));
+        tests_lines(&mut out, &groups);
     }
     if !compare.crossovers.is_empty() {
-        out.push_str("\nCrossovers (the winner changes with load):\n");
+        out.push_str("\nCrossovers (the significant winner changes with load):\n");
         for x in &compare.crossovers {
             out.push_str(&format!(
                 "  {}: {} wins at {}, {} wins at {}\n",
@@ -122,6 +130,8 @@ fn workload_table(groups: &[&CompareGroup]) -> Table {
                 format!("CRASHED ({})", crash_class_name(c.crash_class))
             } else if c.config_name == g.winner_config {
                 winner_note(g)
+            } else if !c.excluded_reason.is_empty() {
+                format!("cannot win ({:.1}% errors)", c.error_rate * 100.0)
             } else {
                 String::new()
             };
@@ -168,18 +178,62 @@ fn workload_table(groups: &[&CompareGroup]) -> Table {
     t
 }
 
-/// `winner +12.3% vs b, significant`.
+/// `winner +12.3% vs b, significant (p 0.004)`.
 pub(crate) fn winner_note(g: &CompareGroup) -> String {
     if g.runner_up_config.is_empty() {
-        return "winner (the others crashed or failed)".into();
+        return "winner (the others crashed, failed or erred)".into();
     }
-    let sig = if g.margin_significant {
-        "significant"
+    let sig = if !g.tested {
+        "no spread measured (one repeat)".to_string()
+    } else if g.margin_significant {
+        format!("significant (p {})", fmt_p(g.p_adjusted))
     } else {
-        "within run-to-run noise"
+        format!("not significant (p {})", fmt_p(g.p_adjusted))
     };
     format!(
         "winner +{:.1}% vs {}, {sig}",
         g.margin_pct, g.runner_up_config
     )
+}
+
+/// A p-value as people read it: three decimals, or "<0.001".
+pub(crate) fn fmt_p(p: f64) -> String {
+    if p < 0.001 {
+        "<0.001".into()
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// One line per level: the effect with its interval and the minimum detectable effect.
+fn tests_lines(out: &mut String, groups: &[&CompareGroup]) {
+    for g in groups {
+        if g.tested {
+            let mde = g
+                .mde_pct
+                .map(|m| format!("; detectable: {m:.1}%"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  {:<10} {} vs {}: {:+.1}% [{:+.1}% .. {:+.1}%], p {} (Holm {}){mde}\n",
+                g.level_label,
+                g.winner_config,
+                g.runner_up_config,
+                g.effect_pct,
+                g.effect_low_pct,
+                g.effect_high_pct,
+                fmt_p(g.p_value),
+                fmt_p(g.p_adjusted),
+            ));
+        } else if !g.verdict.is_empty() {
+            out.push_str(&format!("  {:<10} {}\n", g.level_label, g.verdict));
+        }
+        for c in &g.configs {
+            if !c.excluded_reason.is_empty() && !c.crashed {
+                out.push_str(&format!(
+                    "  {:<10} {} cannot win: {}\n",
+                    g.level_label, c.config_name, c.excluded_reason
+                ));
+            }
+        }
+    }
 }

@@ -254,3 +254,153 @@ fn percentile_keys_are_read_by_value() {
     assert_eq!(percentile(Some(&d), 50.0), Some(1.0));
     assert_eq!(percentile(Some(&d), 99.0), None);
 }
+
+/// A job's spec with the given `[load] slo`, as the store keeps it.
+fn job_with_slo(id: &str, slo: &str) -> fleetbench_proto::controllerpb::Job {
+    let spec = format!(
+        "name = \"j\"\n\
+         [[configs]]\nname = \"a\"\nengine = \"sim\"\nmodel = \"m\"\n\
+         [[configs]]\nname = \"b\"\nextends = \"a\"\nflags = {{ \"--max-running-requests\" = 8 }}\n\
+         [[workloads]]\nname = \"w\"\ndataset = \"random\"\ninput_len = 16\noutput_len = 16\n\
+         [load]\nconcurrency = [1, 64, 512]\nrequests = 10\nslo = {slo}\n"
+    );
+    crate::spec::parse("j.toml", &spec).expect("the test's spec parses");
+    fleetbench_proto::controllerpb::Job {
+        id: id.into(),
+        file_name: "j.toml".into(),
+        spec_toml: spec,
+        ..Default::default()
+    }
+}
+
+/// B is 50% faster at c=64 in `ab_story`; give it `failed` failures per 100 requests there.
+fn b_fails_at_64(results: &mut GetResultsResponse, failed: u64) {
+    for l in &mut results.levels {
+        let r = l.result.as_mut().unwrap();
+        r.completed = 100 - failed;
+        r.failed = if l.config_name == "b" && r.level_index == 1 {
+            failed
+        } else {
+            r.failed
+        };
+    }
+}
+
+#[test]
+fn a_config_above_the_error_budget_cannot_win_and_the_verdict_says_why() {
+    let mut results = ab_story();
+    b_fails_at_64(&mut results, 5);
+    // No spec stored: the default budget, 1%.
+    let g = &compare(&results).groups[1];
+    assert_eq!(g.winner_config, "a", "b errs 5% > 1%: {g:?}");
+    let b = g.configs.iter().find(|c| c.config_name == "b").unwrap();
+    assert!(
+        (b.error_rate - 15.0 / 300.0).abs() < 1e-12,
+        "{}",
+        b.error_rate
+    );
+    assert_eq!(
+        b.excluded_reason,
+        "error rate 5.00% (15 of 300 requests failed) is above the SLO's max_error_rate 1.00%"
+    );
+    assert!(
+        g.verdict.contains("b cannot win: error rate 5.00%"),
+        "{}",
+        g.verdict
+    );
+    // The job allows 10%: b wins again.
+    results
+        .jobs
+        .push(job_with_slo("job1", "{ max_error_rate = 0.1 }"));
+    let g = &compare(&results).groups[1];
+    assert_eq!(g.winner_config, "b");
+    assert!(g.margin_significant && g.configs[1].excluded_reason.is_empty());
+    // And one that allows none shuts out any failure at all.
+    results.jobs[0] = job_with_slo("job1", "{ max_error_rate = 0.0 }");
+    b_fails_at_64(&mut results, 1);
+    assert_eq!(compare(&results).groups[1].winner_config, "a");
+}
+
+#[test]
+fn tests_report_p_values_effect_interval_and_detectable_effect() {
+    let cmp = compare(&ab_story());
+    assert_eq!((cmp.alpha, cmp.tests), (0.05, 2));
+    let g = &cmp.groups[1];
+    assert!(g.tested && g.margin_significant);
+    assert!(g.p_value < g.p_adjusted && g.p_adjusted <= 2.0 * g.p_value + 1e-15);
+    // b's geometric mean over a's: 1498 / 1002 in round figures.
+    assert!((g.effect_pct - 49.5).abs() < 0.2, "{}", g.effect_pct);
+    assert!(g.effect_low_pct < g.effect_pct && g.effect_pct < g.effect_high_pct);
+    assert!(
+        g.mde_pct.is_some_and(|m| m > 0.0 && m < 5.0),
+        "{:?}",
+        g.mde_pct
+    );
+    assert!(g.verdict.starts_with("b wins by +49."), "{}", g.verdict);
+    // c=512: b crashed, a is alone; nothing to test.
+    let g = &cmp.groups[2];
+    assert!(!g.tested && g.verdict.contains("b cannot win: the engine crashed"));
+}
+
+#[test]
+fn an_aa_job_calls_nothing_and_draws_no_crossover() {
+    // Two configs that differ in nothing that matters: per level, values drawn around the same
+    // figure; the leader alternates between levels, as noise makes it.
+    let mut levels = Vec::new();
+    let noise = [
+        [0.0, 1.5, -1.2],
+        [0.8, -0.4, 0.3],
+        [-0.9, 0.2, 1.1],
+        [0.4, -1.3, 0.6],
+    ];
+    for repeat in 0..3u32 {
+        for (i, c) in [1u32, 64, 512].into_iter().enumerate() {
+            for (k, config) in ["a", "b"].into_iter().enumerate() {
+                let at = At {
+                    job: "job1",
+                    config,
+                    repeat,
+                    attempt: 0,
+                    concurrency: c,
+                };
+                let wiggle = noise[(i + k) % 4][repeat as usize];
+                levels.push(stored(at, 1000.0 + 10.0 * wiggle, LevelOutcome::Ok));
+            }
+        }
+    }
+    let cmp = compare(&GetResultsResponse {
+        configs: configs("job1"),
+        levels,
+        ..Default::default()
+    });
+    assert_eq!(cmp.tests, 3);
+    assert!(
+        cmp.groups.iter().all(|g| g.tested && !g.margin_significant),
+        "{:?}",
+        cmp.groups.iter().map(|g| &g.verdict).collect::<Vec<_>>()
+    );
+    let winners: Vec<&str> = cmp
+        .groups
+        .iter()
+        .map(|g| g.winner_config.as_str())
+        .collect();
+    assert!(
+        winners.contains(&"a") && winners.contains(&"b"),
+        "{winners:?}"
+    );
+    assert!(cmp.crossovers.is_empty(), "{:?}", cmp.crossovers);
+}
+
+#[test]
+fn one_repeat_says_that_no_spread_was_measured() {
+    let mut results = ab_story();
+    results.levels.retain(|l| l.repeat == 0);
+    let cmp = compare(&results);
+    assert_eq!(cmp.tests, 0);
+    let g = &cmp.groups[1];
+    assert!(!g.tested && !g.margin_significant);
+    assert!(g.verdict.starts_with("no spread measured"), "{}", g.verdict);
+    assert!(g.mde_pct.is_none());
+    // No significant winner anywhere: only the level b crashed at is decisive.
+    assert!(cmp.crossovers.is_empty(), "{:?}", cmp.crossovers);
+}

@@ -63,6 +63,8 @@ pub mod attr {
     /// A regression check's load level, as the suite names it (`c64`, `r2.5`).
     pub const LEVEL: &str = "fleetbench.level.label";
     pub const VERDICT: &str = "fleetbench.verdict";
+    /// A change point's size in words, e.g. `-5.1%`.
+    pub const CHANGE: &str = "fleetbench.change";
     // Semantic-convention keys.
     pub const MODEL: &str = "gen_ai.request.model";
     pub const PROVIDER: &str = "gen_ai.provider.name";
@@ -302,6 +304,13 @@ pub const REGRESSION_BASELINE: MetricDesc = gauge(
     "The baseline value the last run was compared against.",
 );
 
+pub const REGRESSION_CHANGE_POINT: MetricDesc = gauge(
+    "fleetbench.regression.change_point",
+    "ms",
+    "Change points of a suite's check over its history: one series per change point, its value \
+     the Unix time (ms) of the first run at the new level (for Grafana annotations).",
+);
+
 /// Every metric, in the order `/metrics` lists them.
 pub const ALL: &[&MetricDesc] = &[
     &JOBS_SUBMITTED,
@@ -344,6 +353,7 @@ pub const ALL: &[&MetricDesc] = &[
     &REGRESSION_REGRESSED,
     &REGRESSION_CURRENT,
     &REGRESSION_BASELINE,
+    &REGRESSION_CHANGE_POINT,
 ];
 
 fn unit_word(unit: &str) -> Option<&'static str> {

@@ -24,6 +24,17 @@ pub fn checks(verdicts: &[Verdict]) -> Vec<SuiteCheck> {
             regressed: v.status == Status::Regressed,
             current: mean(&v.current),
             baseline: mean(&v.baseline),
+            change_points: v
+                .trend
+                .change_points
+                .iter()
+                .map(|p| controllerpb::SuiteChangePoint {
+                    job_id: p.job_id.clone(),
+                    created_unix_ms: p.created_unix_ms,
+                    relative: p.relative,
+                    p: p.p,
+                })
+                .collect(),
         })
         .collect()
 }
@@ -34,6 +45,20 @@ pub fn export_checks(metrics: &Metrics, run: &controllerpb::SuiteRun) {
         metrics.regression_verdict(&run.suite, &c.metric, &c.level, c.regressed);
         if let (Some(cur), Some(base)) = (c.current, c.baseline) {
             metrics.regression_values(&run.suite, &c.metric, &c.level, cur, base);
+        }
+        for p in &c.change_points {
+            // A change point at the run being recorded is this run's.
+            let (job, at) = if p.job_id.is_empty() {
+                let at = if run.created_unix_ms > 0 {
+                    run.created_unix_ms
+                } else {
+                    fleetbench_proto::now_unix_ms()
+                };
+                (run.job_id.as_str(), at)
+            } else {
+                (p.job_id.as_str(), p.created_unix_ms)
+            };
+            metrics.regression_change_point(&run.suite, &c.metric, &c.level, job, p.relative, at);
         }
     }
 }
@@ -90,6 +115,15 @@ pub(crate) async fn find_baseline<F: Fleet>(
                     ))
                 })
         }
+        Baseline::First => match history {
+            // Newest first: the last element is the first run.
+            Some(runs) => Ok(runs.into_iter().last().map(|r| r.job_id)),
+            None => Err(RegressError::NoBaseline(
+                "first: this controller keeps no suite history (a version without \
+                 ListSuiteRuns); upgrade it, or name a baseline with baseline = \"tag:NAME\""
+                    .into(),
+            )),
+        },
         Baseline::LastPassing => match history {
             Some(runs) => Ok(runs.into_iter().find(|r| r.passed).map(|r| r.job_id)),
             None => Err(RegressError::NoBaseline(
@@ -99,6 +133,46 @@ pub(crate) async fn find_baseline<F: Fleet>(
             )),
         },
     }
+}
+
+/// The most stored runs the trend analysis reads (the newest).
+pub const HISTORY_RUNS: usize = 100;
+
+/// A stored run of the suite with its results, for the trend analysis.
+#[derive(Debug, Clone)]
+pub struct PastRun {
+    pub job_id: String,
+    pub created_unix_ms: i64,
+    pub levels: super::verdict::Grouped,
+}
+
+/// The suite's stored runs with their results, oldest first (at most [`HISTORY_RUNS`], the
+/// newest). A run whose job's results are gone is left out; a controller without a history
+/// gives none.
+pub(crate) async fn past_runs<F: Fleet>(
+    fleet: &mut F,
+    store: Option<&Store>,
+    suite: &str,
+) -> Result<Vec<PastRun>, RegressError> {
+    let Some(mut runs) = runs(fleet, store, suite).await? else {
+        return Ok(Vec::new());
+    };
+    runs.truncate(HISTORY_RUNS);
+    runs.reverse();
+    let mut out = Vec::with_capacity(runs.len());
+    for r in runs {
+        match fleet.results(std::slice::from_ref(&r.job_id)).await {
+            Ok(res) => out.push(PastRun {
+                job_id: r.job_id,
+                created_unix_ms: r.created_unix_ms,
+                levels: super::verdict::group(&res.levels),
+            }),
+            Err(e) => {
+                tracing::warn!(suite, job = %r.job_id, error = %e, "a stored suite run's results cannot be read; left out of the trend");
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Keeps a finished run in the history: in the store when this process holds it, else on the

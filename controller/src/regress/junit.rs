@@ -1,5 +1,6 @@
 //! JUnit XML of a suite run: one test suite, one test case per check, a failure per
-//! regression, so that CI systems show which metric at which level got worse.
+//! regression, so that CI systems show which metric at which level got worse. Each case's
+//! output carries the test (interval, p-values) and the change points of the check's history.
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
@@ -24,8 +25,19 @@ pub fn junit_xml(
         };
         let mut case = TestCase::new(format!("{} {}", v.key(), v.metric.name()), status);
         case.set_classname(format!("{suite_name}.{}", v.config));
+        let points: Vec<String> = v
+            .trend
+            .change_points
+            .iter()
+            .map(super::trend::describe)
+            .collect();
+        let points = if points.is_empty() {
+            format!("change points: none in {} stored run(s)", v.trend.runs)
+        } else {
+            format!("change points: {}", points.join("; "))
+        };
         case.set_system_out(format!(
-            "baseline: {:?}\ncurrent: {:?}\n{}",
+            "baseline: {:?}\ncurrent: {:?}\n{}\n{points}",
             v.baseline, v.current, v.detail
         ));
         suite.add_test_case(case);

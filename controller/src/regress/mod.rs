@@ -2,8 +2,10 @@
 //! compare every gated metric at every level with the baseline's repeats, keep the history
 //! and export the verdicts.
 //!
-//! - [`stats`]: the noise test (bootstrap interval of the relative change).
-//! - [`verdict`]: per config, workload, level and metric; rendering and metrics export.
+//! - [`verdict`]: per config, workload, level and metric (t-based interval, Holm over the
+//!   suite, error-rate rise, drift); rendering and metrics export. The statistics live in
+//!   `fleetbench-stats`.
+//! - [`trend`]: each check over the stored history: between-run variance and change points.
 //! - [`junit`]: JUnit XML for CI.
 //! - [`fleet`]: the controller interface suites and tuning searches run their jobs through.
 //! - [`history`]: the suite history (in this process's store, or on the controller) and
@@ -13,7 +15,7 @@ pub mod fleet;
 pub mod history;
 pub mod junit;
 pub mod schedule;
-pub mod stats;
+pub mod trend;
 pub mod verdict;
 
 use fleetbench_proto::controllerpb::{Job, JobKind, JobState};
@@ -120,10 +122,16 @@ pub async fn run_suite<F: Fleet>(
         )),
         None => None,
     };
-    let verdicts = verdict::verdicts(&suite, baseline.as_ref(), &verdict::group(&current.levels));
+    let past = history::past_runs(fleet, history.store, &name).await?;
+    let verdicts = verdict::verdicts_with_history(
+        &suite,
+        baseline.as_ref(),
+        &verdict::group(&current.levels),
+        &past,
+    );
     let passed = verdict::passed(&verdicts);
     if let Some(m) = history.metrics {
-        verdict::export(m, &name, &verdicts);
+        verdict::export(m, &name, &job_id, &verdicts);
     }
     let record = SuiteRun {
         job_id: job_id.clone(),

@@ -160,12 +160,30 @@ pub enum Bound {
     Duration(Duration),
 }
 
-/// Latency objectives; a request meeting all of them counts toward goodput.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// Latency objectives; a request meeting all of them counts toward goodput. And the highest
+/// error rate a config may have and still win a level or a search.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slo {
     pub ttft_ms: Option<f64>,
     pub itl_ms: Option<f64>,
     pub e2e_ms: Option<f64>,
+    /// failed / (completed + failed), summed over a config's repeats at a level
+    /// (`[load] slo.max_error_rate`, 0 to 1).
+    pub max_error_rate: f64,
+}
+
+/// The error rate a config may have unless the spec says otherwise: one request in a hundred.
+pub const DEFAULT_MAX_ERROR_RATE: f64 = 0.01;
+
+impl Default for Slo {
+    fn default() -> Self {
+        Slo {
+            ttft_ms: None,
+            itl_ms: None,
+            e2e_ms: None,
+            max_error_rate: DEFAULT_MAX_ERROR_RATE,
+        }
+    }
 }
 
 impl JobSpec {

@@ -372,7 +372,7 @@ fn percentiles(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Vec<f64>> {
 }
 
 fn slo(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Slo> {
-    t.check_keys(ctx, &["ttft_ms", "itl_ms", "e2e_ms"]);
+    t.check_keys(ctx, &["ttft_ms", "itl_ms", "e2e_ms", "max_error_rate"]);
     let mut get = |key: &str| match t.get(key) {
         Some(_) => t.positive_f64(ctx, key).map(Some),
         None => Some(None),
@@ -380,9 +380,25 @@ fn slo(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Slo> {
     let ttft_ms = get("ttft_ms");
     let itl_ms = get("itl_ms");
     let e2e_ms = get("e2e_ms");
+    let max_error_rate = match t.get("max_error_rate") {
+        None => Some(super::DEFAULT_MAX_ERROR_RATE),
+        Some(v) => match t.f64(ctx, "max_error_rate") {
+            Some(r) if (0.0..=1.0).contains(&r) => Some(r),
+            Some(r) => {
+                let msg = format!(
+                    "an error rate is a share of requests, between 0 and 1 (0.01 = one in a \
+                     hundred), got {r}"
+                );
+                ctx.error(Some(&v.span()), &t.field("max_error_rate"), msg);
+                None
+            }
+            None => None,
+        },
+    };
     Some(Slo {
         ttft_ms: ttft_ms?,
         itl_ms: itl_ms?,
         e2e_ms: e2e_ms?,
+        max_error_rate: max_error_rate?,
     })
 }

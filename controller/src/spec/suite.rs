@@ -3,11 +3,12 @@
 //!
 //! ```toml
 //! [suite]
-//! baseline = "last-passing"      # or "tag:NAME"
-//! confidence = 0.95
+//! baseline = "last-passing"      # or "tag:NAME", or "first" (a fixed reference)
+//! confidence = 0.95              # of the interval; the one-sided test runs at 1 - confidence
 //! metrics = [
 //!   { name = "output_tokens_per_s", tolerance = 0.05 },
 //!   { name = "ttft_p99_ms", direction = "lower", tolerance = 0.10 },
+//!   { name = "error_rate", tolerance = 0.01 },   # absolute: one point of failed requests
 //! ]
 //! ```
 
@@ -35,6 +36,8 @@ pub enum Metric {
     ItlP99Ms,
     E2eP50Ms,
     E2eP99Ms,
+    /// failed / (completed + failed); its tolerance is absolute (0.01 = one point).
+    ErrorRate,
 }
 
 impl Metric {
@@ -49,6 +52,7 @@ impl Metric {
         (Metric::ItlP99Ms, "itl_p99_ms"),
         (Metric::E2eP50Ms, "e2e_p50_ms"),
         (Metric::E2eP99Ms, "e2e_p99_ms"),
+        (Metric::ErrorRate, "error_rate"),
     ];
 
     /// The name used in specs, verdicts and metrics labels.
@@ -85,6 +89,10 @@ impl Metric {
             Metric::ItlP99Ms => pct(&r.itl_ms, "p99"),
             Metric::E2eP50Ms => pct(&r.e2e_ms, "p50"),
             Metric::E2eP99Ms => pct(&r.e2e_ms, "p99"),
+            Metric::ErrorRate => {
+                let total = r.completed + r.failed;
+                (total > 0).then(|| r.failed as f64 / total as f64)
+            }
         };
         v.filter(|v| v.is_finite())
     }
@@ -104,17 +112,22 @@ pub struct MetricGate {
 pub enum Baseline {
     /// The latest run of the suite marked with this tag (`fleetbench regress --tag NAME`).
     Tag(String),
-    /// The latest run of the suite that passed.
+    /// The latest run of the suite that passed. It ratchets (small slowdowns under the
+    /// tolerance add up), so under it a drift over the history's change points fails too.
     LastPassing,
+    /// The suite's first recorded run: a fixed reference that never moves.
+    First,
 }
 
 /// A validated `[suite]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SuiteSpec {
     pub baseline: Baseline,
-    /// Confidence of the noise test (0.95: a change must be outside the 95% interval).
+    /// Confidence of the interval (two-sided); the one-sided "worse" test runs at
+    /// alpha = 1 − confidence, Holm-corrected over the suite's checks.
     pub confidence: f64,
-    /// Bootstrap resamples for the confidence interval.
+    /// Accepted for suite files written for the bootstrap interval; unused since the
+    /// t-based interval replaced it.
     pub resamples: u32,
     pub metrics: Vec<MetricGate>,
 }
@@ -142,10 +155,13 @@ fn suite(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<SuiteSpec> {
             let s = as_string(ctx, &t.field("baseline"), v)?;
             if s == "last-passing" {
                 Some(Baseline::LastPassing)
+            } else if s == "first" {
+                Some(Baseline::First)
             } else if let Some(tag) = s.strip_prefix("tag:").filter(|x| !x.trim().is_empty()) {
                 Some(Baseline::Tag(tag.to_string()))
             } else {
-                let msg = format!("expected \"last-passing\" or \"tag:NAME\", got {s:?}");
+                let msg =
+                    format!("expected \"last-passing\", \"first\" or \"tag:NAME\", got {s:?}");
                 ctx.error(Some(&v.span()), &t.field("baseline"), msg);
                 None
             }

@@ -58,8 +58,12 @@ pub fn search(o: &TuneOutcome) -> String {
     for r in &o.rounds {
         let _ = writeln!(
             s,
-            "  rung {} job {}: {} candidates, {:.0}% requests, {} repeat(s), {:.2} engine-min",
-            r.rung + 1,
+            "  {} job {}: {} candidates, {:.0}% requests, {} repeat(s), {:.2} engine-min",
+            if r.confirmation {
+                "confirmation".to_string()
+            } else {
+                format!("rung {}", r.rung + 1)
+            },
             r.job_id,
             r.candidates,
             r.requests_fraction * 100.0,
@@ -91,24 +95,41 @@ pub fn search(o: &TuneOutcome) -> String {
                 power(b.measured.as_ref().and_then(|m| m.score_power_w)),
                 b.candidate.describe()
             );
-            if let Some(m) = o.margin.as_ref().filter(|m| m.repeats < 2) {
-                let _ = writeln!(
-                    s,
-                    "margin over {}: {:+.1}% from one repeat each: no spread measured, so no \
-                     interval or confidence (set repeats = 2 or more to get them)",
-                    m.runner_up,
-                    m.relative * 100.0,
-                );
-            } else if let Some(m) = &o.margin {
-                let _ = writeln!(
-                    s,
-                    "margin over {}: {:+.1}% [{:+.1}% .. {:+.1}%] (95%), confidence {:.0}%",
-                    m.runner_up,
-                    m.relative * 100.0,
-                    m.low * 100.0,
-                    m.high * 100.0,
-                    m.confidence * 100.0
-                );
+            match &o.margin {
+                Some(m) if m.repeats < 2 || m.p.is_nan() => {
+                    let _ = writeln!(
+                        s,
+                        "margin over {}: {:+.1}% from one repeat each: no spread measured, so \
+                         no interval or confidence (set repeats = 2 or more to get them)",
+                        m.runner_up,
+                        m.relative * 100.0,
+                    );
+                }
+                Some(m) => {
+                    let _ = writeln!(
+                        s,
+                        "margin over {} in the confirmation round ({} fresh repeats): {:+.1}% \
+                         [{:+.1}% .. {:+.1}%] (95%), p {:.3}: {}, confidence {:.0}%",
+                        m.runner_up,
+                        m.repeats,
+                        m.relative * 100.0,
+                        m.low * 100.0,
+                        m.high * 100.0,
+                        m.p,
+                        if m.confirmed {
+                            "confirmed"
+                        } else {
+                            "NOT confirmed (the finalists are not told apart at alpha 0.05)"
+                        },
+                        m.confidence * 100.0
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "no other feasible finalist: nothing to confirm the best against"
+                    );
+                }
             }
         }
         None => {

@@ -1,5 +1,6 @@
 //! Scoring candidates from their stored results: the objective at the best level that meets
-//! the SLO, the Pareto front of throughput against latency, and engine-minutes.
+//! the SLO (latency objectives, and the error rate within `max_error_rate`), the Pareto front
+//! of throughput against latency, and engine-minutes.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,8 @@ pub struct LevelStats {
     /// Objective values per repeat (for the margin's interval).
     pub repeats: Vec<f64>,
     pub crashed: bool,
+    /// failed / (completed + failed) over the repeats.
+    pub error_rate: f64,
     pub meets_slo: bool,
 }
 
@@ -172,6 +175,13 @@ pub fn measure(
             .collect();
         let crashed = ok.len() < rs.len();
         let powers: Vec<f64> = ok.iter().filter_map(|(l, _)| l.gpu_power_w).collect();
+        let failed: u64 = rs.iter().map(|(_, r)| r.failed).sum();
+        let requests = failed + rs.iter().map(|(_, r)| r.completed).sum::<u64>();
+        let error_rate = if requests > 0 {
+            failed as f64 / requests as f64
+        } else {
+            0.0
+        };
         let stats = LevelStats {
             label: level_label(&level),
             concurrency: level.concurrency,
@@ -186,8 +196,13 @@ pub fn measure(
                 .map(|(l, r)| objective_value(l, r, objective, gpus))
                 .collect::<Result<_, _>>()?,
             crashed,
-            // A level meets the SLO when every repeat does: one bad repeat is a real risk.
-            meets_slo: !crashed && rs.iter().all(|(_, r)| meets(r, slo)),
+            error_rate,
+            // A level meets the SLO when every repeat does (one bad repeat is a real risk) and
+            // its error rate over the repeats is within the budget: a config that drops
+            // requests to go fast is infeasible.
+            meets_slo: !crashed
+                && error_rate <= slo.max_error_rate
+                && rs.iter().all(|(_, r)| meets(r, slo)),
         };
         m.levels.push(stats);
     }
@@ -377,6 +392,42 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn a_level_above_the_error_budget_does_not_meet_the_slo() {
+        let mut levels = vec![
+            level("clean", "h1", 0, 2000.0, None),
+            level("clean", "h1", 1, 2000.0, None),
+            level("lossy", "h1", 0, 3000.0, None),
+            level("lossy", "h1", 1, 3000.0, None),
+        ];
+        // lossy: 3 failed of 103 in one repeat: 3 of 203 over both, 1.5% > 1%.
+        levels[2].result.as_mut().unwrap().failed = 3;
+        let res = results(levels);
+        let m = measure(
+            &res,
+            Objective::OutputTokensPerS,
+            &Slo::default(),
+            &HostGpus::new(),
+        )
+        .unwrap();
+        let lossy = &m["lossy"].levels[0];
+        assert!((lossy.error_rate - 3.0 / 203.0).abs() < 1e-12);
+        assert!(!lossy.meets_slo && m["lossy"].score == 0.0);
+        assert_eq!(m["clean"].score, 2000.0);
+        let lenient = Slo {
+            max_error_rate: 0.02,
+            ..Slo::default()
+        };
+        let m = measure(
+            &res,
+            Objective::OutputTokensPerS,
+            &lenient,
+            &HostGpus::new(),
+        )
+        .unwrap();
+        assert_eq!(m["lossy"].score, 3000.0);
     }
 
     #[test]

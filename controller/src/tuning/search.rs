@@ -2,6 +2,14 @@
 //! (one config per candidate) submitted through the controller, so candidates run in
 //! parallel on every matching host, crashes are classified by the scheduler, and every
 //! result is stored. A candidate that fails to start or crashes everywhere is pruned.
+//!
+//! The winner's curse: the best of many candidates measured once is biased upward, and a
+//! margin computed from the round that picked it overstates itself. So the top finalists
+//! (up to [`CONFIRM_FINALISTS`]) are measured again in a fresh confirmation round with fresh
+//! repeats (at least [`CONFIRM_MIN_REPEATS`]); the winner, its margin and its confidence come
+//! from that round only (`fleetbench_stats::decide::confirm`; docs/tuning.md says what the
+//! confidence means). A candidate whose error rate exceeds the SLO's `max_error_rate` meets no
+//! level and is infeasible.
 
 use std::collections::BTreeMap;
 
@@ -11,8 +19,12 @@ use super::score::{self, Measured, Point};
 use super::space::{self, Candidate, Round};
 use super::{TuneError, hosts, parse};
 use crate::regress::Fleet;
-use crate::regress::stats::{prob_above, relative_change};
 use crate::spec::search::{Objective, SearchSpec, Strategy};
+
+/// Finalists re-measured in the confirmation round.
+pub const CONFIRM_FINALISTS: usize = 3;
+/// The fewest repeats of the confirmation round.
+pub const CONFIRM_MIN_REPEATS: u32 = 3;
 
 /// Where a candidate's search ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,20 +56,26 @@ pub struct RoundSummary {
     pub requests_fraction: f64,
     pub repeats: u32,
     pub engine_minutes: f64,
+    /// The confirmation round (fresh repeats of the finalists).
+    pub confirmation: bool,
 }
 
-/// The best candidate's lead over the runner-up.
+/// The best candidate's lead over the runner-up, from the confirmation round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Margin {
     pub runner_up: String,
-    /// Relative lead of the mean objective, with its 95% bootstrap interval.
+    /// Relative lead (ratio of geometric means of the objective − 1), with its 95% interval.
     pub relative: f64,
     pub low: f64,
     pub high: f64,
-    /// Share of bootstrap resamples in which the best stays ahead.
+    /// 1 − p: see [`p`](Self::p).
     pub confidence: f64,
-    /// Repeats behind the figures (the fewer of the two sides'): with one, nothing measured the
-    /// spread, and the interval and confidence say nothing.
+    /// The largest Holm-adjusted two-sided p-value of Welch's test of the best against each
+    /// other finalist, in the confirmation round.
+    pub p: f64,
+    /// p ≤ 0.05: the best beats every other finalist.
+    pub confirmed: bool,
+    /// Repeats behind the figures (the fewer of the two sides').
     pub repeats: usize,
 }
 
@@ -192,6 +210,7 @@ pub async fn run_search<F: Fleet>(
             requests_fraction: fraction,
             repeats,
             engine_minutes: minutes,
+            confirmation: false,
         });
         for name in &alive {
             let r = results
@@ -249,31 +268,66 @@ pub async fn run_search<F: Fleet>(
             break;
         }
     }
-    let best = alive
-        .first()
+    // The confirmation round: the top feasible finalists, fresh repeats, full budget.
+    let finalists: Vec<String> = alive
+        .iter()
         .filter(|n| results[*n].measured.as_ref().is_some_and(|m| m.score > 0.0))
-        .cloned();
-    let margin = match (alive.first(), alive.get(1)) {
-        (Some(b), Some(r)) => {
-            let (bm, rm) = (results[b].measured.clone(), results[r].measured.clone());
-            match (bm, rm) {
-                (Some(bm), Some(rm)) => {
-                    let change =
-                        relative_change(&rm.score_repeats, &bm.score_repeats, 0.95, 2000, 7);
-                    let conf = prob_above(&bm.score_repeats, &rm.score_repeats, 2000, 11);
-                    change.zip(conf).map(|(c, conf)| Margin {
-                        runner_up: r.clone(),
-                        relative: c.relative,
-                        low: c.low,
-                        high: c.high,
-                        confidence: conf,
-                        repeats: bm.score_repeats.len().min(rm.score_repeats.len()),
-                    })
-                }
-                _ => None,
+        .take(CONFIRM_FINALISTS)
+        .cloned()
+        .collect();
+    for name in alive.iter().filter(|n| !finalists.contains(n)) {
+        if let Some(r) = results.get_mut(name)
+            && r.fate == Fate::Finalist
+        {
+            r.fate = Fate::Eliminated(r.rung);
+        }
+    }
+    let (best, margin) = if finalists.len() >= 2 {
+        let repeats = spec.repeats.max(CONFIRM_MIN_REPEATS);
+        let round = Round {
+            job_name: format!("{} confirmation", spec.name),
+            candidates: finalists
+                .iter()
+                .map(|n| results[n].candidate.clone())
+                .collect(),
+            repeats,
+            budget_fraction: 1.0,
+            concurrency: None,
+            requests: None,
+        };
+        let toml = space::round_toml(text, &round).map_err(|e| TuneError::Toml(e.to_string()))?;
+        let job_id = fleet.submit(&toml, file_name, "", JobKind::Tune).await?;
+        progress(format!(
+            "confirmation: job {job_id}: {} finalists ({}), {repeats} fresh repeat(s)",
+            finalists.len(),
+            finalists.join(", ")
+        ));
+        fleet.wait(&job_id).await?;
+        let res = fleet.results(std::slice::from_ref(&job_id)).await?;
+        let measured = score::measure(&res, search.objective, &spec.load.slo, &gpus)?;
+        for run in &res.runs {
+            run_ids.insert(run.config_name.clone(), run.run_id.clone());
+        }
+        let rung = rounds.last().map_or(0, |r| r.rung) + 1;
+        rounds.push(RoundSummary {
+            job_id,
+            rung,
+            candidates: finalists.len(),
+            requests_fraction: 1.0,
+            repeats,
+            engine_minutes: score::engine_minutes(&res),
+            confirmation: true,
+        });
+        for name in &finalists {
+            if let Some(r) = results.get_mut(name) {
+                r.measured = measured.get(name).cloned();
+                r.rung = rung;
             }
         }
-        _ => None,
+        confirmed(&finalists, &measured)
+    } else {
+        // One feasible finalist (or none): nothing to confirm it against.
+        (finalists.first().cloned(), None)
     };
     let engine_minutes: f64 = rounds.iter().map(|r| r.engine_minutes).sum();
     let full_grid_minutes_estimate = if rungs == 1 {
@@ -305,6 +359,53 @@ pub async fn run_search<F: Fleet>(
         engine_minutes,
         full_grid_minutes_estimate,
     })
+}
+
+/// The winner and its margin from the confirmation round's measurements: the feasible
+/// finalists (score above 0) tested with `fleetbench_stats::decide::confirm`.
+fn confirmed(
+    finalists: &[String],
+    measured: &BTreeMap<String, Measured>,
+) -> (Option<String>, Option<Margin>) {
+    let feasible: Vec<(&String, &Measured)> = finalists
+        .iter()
+        .filter_map(|n| measured.get(n).map(|m| (n, m)))
+        .filter(|(_, m)| m.score > 0.0 && m.failure.is_none())
+        .collect();
+    let values: Vec<&[f64]> = feasible.iter().map(|(_, m)| &m.score_repeats[..]).collect();
+    let Some(c) = fleetbench_stats::decide::confirm(&values, fleetbench_stats::DEFAULT_ALPHA)
+    else {
+        return (None, None);
+    };
+    let best = feasible[c.winner].0.clone();
+    let margin = c.runner_up.map(|r| {
+        let (runner, rm) = feasible[r];
+        let wm = feasible[c.winner].1;
+        let repeats = wm.score_repeats.len().min(rm.score_repeats.len());
+        match c.effect {
+            Some(e) => Margin {
+                runner_up: runner.clone(),
+                relative: e.relative(),
+                low: e.low - 1.0,
+                high: e.high - 1.0,
+                confidence: c.confidence,
+                p: c.p,
+                confirmed: c.confirmed,
+                repeats,
+            },
+            None => Margin {
+                runner_up: runner.clone(),
+                relative: wm.score / rm.score - 1.0,
+                low: f64::NAN,
+                high: f64::NAN,
+                confidence: f64::NAN,
+                p: f64::NAN,
+                confirmed: false,
+                repeats,
+            },
+        }
+    });
+    (Some(best), margin)
 }
 
 /// The strategy in words, for output.

@@ -79,9 +79,24 @@ fn queries_of(dashboards: &[(String, Value)], kind: &str, field: &str) -> Vec<Qu
     out
 }
 
-/// Every PromQL expression of every panel.
+/// Every PromQL expression of every panel, and of every annotation query.
 pub fn promql_queries(dashboards: &[(String, Value)]) -> Vec<Query> {
-    queries_of(dashboards, "prometheus", "expr")
+    let mut out = queries_of(dashboards, "prometheus", "expr");
+    for (name, d) in dashboards {
+        for a in d["annotations"]["list"].as_array().into_iter().flatten() {
+            if a["datasource"]["type"] != "prometheus" {
+                continue;
+            }
+            out.push(Query {
+                dashboard: name.clone(),
+                panel: format!("annotation {}", a["name"].as_str().unwrap_or_default()),
+                ref_id: a["refId"].as_str().unwrap_or_default().to_string(),
+                text: a["expr"].as_str().unwrap_or_default().to_string(),
+                instant: false,
+            });
+        }
+    }
+    out
 }
 
 /// Every TraceQL query of every panel.

@@ -16,7 +16,7 @@
 //!          batch <= cuda_graph_max_bs), else EAGER_LAUNCH (kernel launches of 48 layers)
 //! ```
 //!
-//! and a client sees it multiplied by `--time-scale` (and, in the server only, by seeded jitter
+//! and a client sees it multiplied by `--time-scale` (and, in the server only, by jitter seeded per start
 //! `1 + jitter * N(0,1)` per step and a per-process drift `1 + jitter/2 * N(0,1)`).
 //!
 //! | constant | value | why |
