@@ -23,6 +23,7 @@ mod tokenize;
 pub use arrivals::{schedule, schedule_for};
 pub use config::{Api, BenchConfig, Bound, DatasetSpec, Level, Slo};
 pub use error::{Failure, FailureKind, LoadgenError};
-pub use report::{BenchReport, LevelOutcome, LevelReport, Progress, RequestRecord};
+pub use level::BURST_FACTOR;
+pub use report::{BenchReport, LeftOut, LevelOutcome, LevelReport, Progress, RequestRecord};
 pub use runner::{Runner, Shaping};
 pub use stats::{Stats, percentile_key};
