@@ -60,6 +60,8 @@ pub async fn run(
         .as_ref()
         .map(|p| p.config_id.clone())
         .unwrap_or_default();
+    let plan = state.borrow().plan.clone();
+    let http = crate::http::HttpClient::new();
     for (index, level) in req.levels.iter().enumerate() {
         if req.skip_levels.contains(&(index as u32)) {
             continue;
@@ -82,15 +84,36 @@ pub async fn run(
             fleetbench.level.errors = tracing::field::Empty,
             fleetbench.level.crashed = tracing::field::Empty,
         );
-        let started = now_unix_ms();
         let before = interrupt_of(&state.borrow(), generation);
+        // The cache is emptied, and its counters read, outside the level's clock.
+        let mut cache_before = None;
+        if let (Some(p), None) = (&plan, &before) {
+            let reset = if req.reset_cache {
+                crate::cache::reset(&http, p).await
+            } else {
+                String::new()
+            };
+            cache_before = Some((reset, crate::cache::counters(&http, p).await));
+        }
+        let started = now_unix_ms();
         let (report, interrupt) = match before {
             Some(i) => (fleetbench_loadgen::LevelReport::default(), Some(i)),
             None => run_level(&runner, index, level, &mut state, generation, &tx, &span).await,
         };
+        let finished = now_unix_ms();
         let mut result = convert::level_result(index, level, &report);
+        if let (Some(p), Some((reset, b)), None) = (&plan, cache_before, &interrupt) {
+            let a = crate::cache::counters(&http, p).await;
+            result.prefix_cache = Some(crate::cache::figure(
+                p,
+                b,
+                a,
+                report.prompt_tokens_all,
+                reset,
+            ));
+        }
         result.started_unix_ms = started;
-        result.finished_unix_ms = now_unix_ms();
+        result.finished_unix_ms = finished;
         let stop = interrupt.is_some();
         match interrupt {
             Some(Interrupt::Crashed(crash)) => {

@@ -44,7 +44,7 @@ concurrency = [1, 16, 256]
 warmup = 4
 requests = 200
 percentiles = [90]
-slo = { ttft_ms = 2000, itl_ms = 50 }
+slo = { ttft_ms = 2000, tpot_ms = 50, itl_p99_ms = 50 }
 "#;
 
 fn ab() -> JobSpec {
@@ -181,9 +181,10 @@ fn benchmark_request_maps_dataset_levels_bound_and_slo() {
     assert_eq!(req.percentiles, [50.0, 90.0, 99.0]);
     let slo = req.slo.unwrap();
     assert_eq!(
-        (slo.ttft_ms, slo.itl_ms, slo.e2e_ms),
-        (Some(2000.0), Some(50.0), None)
+        (slo.ttft_ms, slo.tpot_ms, slo.itl_p99_ms, slo.e2e_ms),
+        (Some(2000.0), Some(50.0), Some(50.0), None)
     );
+    assert_eq!(slo.itl_ms, None, "the deprecated field is never sent");
     assert!(req.run_id.is_empty() && req.skip_levels.is_empty());
 
     let chat = spec.benchmark_request(1);

@@ -74,6 +74,8 @@ pub(crate) struct Accum {
     left_drain: u64,
     /// The last intended send of the level (where a window without a length ends).
     last_intended: Option<Instant>,
+    /// Prompt tokens of every completed request, left-out ones included.
+    pub all_input_tokens: u64,
     /// Output tokens of completed requests by arrival, in `BUCKET`s from the level's start.
     arrivals: Vec<f64>,
     pub records: Vec<RequestRecord>,
@@ -118,8 +120,13 @@ impl Accum {
                 }
             }
         };
-        if let (Ok(s), Some(_)) = (&m.outcome, steady) {
-            self.count_arrivals(start, m.chunks, s.usage.map(|u| u.1));
+        if let Ok(s) = &m.outcome {
+            self.all_input_tokens += s
+                .usage
+                .map_or(u64::from(m.prompt.input_len.unwrap_or(0)), |u| u.0);
+            if steady.is_some() {
+                self.count_arrivals(start, m.chunks, s.usage.map(|u| u.1));
+            }
         }
         match place {
             Place::Inside => {}
@@ -291,6 +298,7 @@ impl Accum {
         r.duration_s = end.saturating_duration_since(start).as_secs_f64();
         r.input_tokens = self.input_tokens;
         r.output_tokens = self.output_tokens;
+        r.prompt_tokens_all += self.all_input_tokens;
         let mut window_output = None;
         if let Some((began, w)) = steady {
             let from = began + w.ramp_up;

@@ -37,6 +37,10 @@ pub struct LevelReport {
     pub ramp_up_s: Option<f64>,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Prompt tokens of every completed request of the level, warm-up and left-out requests
+    /// included: what the engine's own counters saw (its prefix-cache figure is against this).
+    #[serde(default)]
+    pub prompt_tokens_all: u64,
     pub output_tokens_per_s: f64,
     pub total_tokens_per_s: f64,
     pub requests_per_s: f64,

@@ -137,6 +137,16 @@ pub struct LoadSpec {
     /// Percentiles reported, 0..100; always includes 50 and 99 (the comparison uses them).
     pub percentiles: Vec<f64>,
     pub slo: Slo,
+    /// Closed-loop streams start one after another over this span (`ramp_up = "10s"`); with
+    /// `steady`, requests intended inside it are left out of the level's figures.
+    pub ramp_up: Duration,
+    /// The measurement window after the ramp-up (`window = "60s"`); `None`: until the last
+    /// request is sent.
+    pub window: Option<Duration>,
+    /// Leave out the ramp-up and the drain (set by `ramp_up` or `window`).
+    pub steady: bool,
+    /// Empty the engine's prefix cache before every level (`reset_cache = true`).
+    pub reset_cache: bool,
 }
 
 /// The swept load axis.
@@ -160,12 +170,17 @@ pub enum Bound {
     Duration(Duration),
 }
 
-/// Latency objectives; a request meeting all of them counts toward goodput.
+/// Latency objectives. `ttft_ms`, `tpot_ms` and `e2e_ms` are per request: a request meeting
+/// all of them counts toward goodput. `itl_ms` is the level's p99 of per-token ITL (spec key
+/// `itl_p99_ms`), which tuning judges a level by.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Slo {
     pub ttft_ms: Option<f64>,
+    /// The level's p99 per-token ITL limit (spec key `itl_p99_ms`).
     pub itl_ms: Option<f64>,
     pub e2e_ms: Option<f64>,
+    /// A request's own time per output token, `(e2e − ttft) / (tokens − 1)`.
+    pub tpot_ms: Option<f64>,
 }
 
 impl JobSpec {

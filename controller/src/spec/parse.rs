@@ -1,6 +1,7 @@
 //! The top of a spec: job fields, `[hosts]`, `[load]`, and the tables later work adds.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use toml::de::DeTable;
 
@@ -200,6 +201,9 @@ const LOAD_KEYS: &[&str] = &[
     "duration",
     "percentiles",
     "slo",
+    "ramp_up",
+    "window",
+    "reset_cache",
 ];
 
 fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
@@ -216,13 +220,49 @@ fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
         Some(_) => t.table(ctx, "slo").and_then(|s| slo(ctx, &s)),
         None => Some(Slo::default()),
     };
+    let ramp_up = match t.get("ramp_up") {
+        Some(_) => duration(ctx, t, "ramp_up", true),
+        None => Some(Duration::ZERO),
+    };
+    let window = match t.get("window") {
+        Some(_) => duration(ctx, t, "window", false).map(Some),
+        None => Some(None),
+    };
+    let reset_cache = match t.get("reset_cache") {
+        Some(_) => t.bool(ctx, "reset_cache"),
+        None => Some(false),
+    };
+    let (ramp_up, window) = (ramp_up?, window?);
     Some(LoadSpec {
         levels: levels?,
         warmup: warmup?,
         bound: bound?,
         percentiles: percentiles?,
         slo: slo?,
+        steady: t.has("ramp_up") || window.is_some(),
+        ramp_up,
+        window,
+        reset_cache: reset_cache?,
     })
+}
+
+/// A duration field such as `"30s"`; `zero_ok`: whether `"0s"` is allowed.
+fn duration(ctx: &mut Ctx, t: &Table<'_, '_>, key: &str, zero_ok: bool) -> Option<Duration> {
+    let v = t.get(key)?;
+    let field = t.field(key);
+    let text = as_string(ctx, &field, v)?;
+    match humantime::parse_duration(&text) {
+        Ok(d) if zero_ok || !d.is_zero() => Some(d),
+        Ok(_) => {
+            ctx.error(Some(&v.span()), &field, "must be longer than 0s");
+            None
+        }
+        Err(e) => {
+            let msg = format!("expected a duration such as \"30s\" or \"2m\", got {text:?} ({e})");
+            ctx.error(Some(&v.span()), &field, msg);
+            None
+        }
+    }
 }
 
 fn levels(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Levels> {
@@ -372,17 +412,27 @@ fn percentiles(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Vec<f64>> {
 }
 
 fn slo(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Slo> {
-    t.check_keys(ctx, &["ttft_ms", "itl_ms", "e2e_ms"]);
+    if t.has("itl_ms") {
+        // It meant a request's TPOT in goodput and the p99 of per-token ITL in tuning.
+        let msg = "itl_ms is no longer accepted: it meant two different figures. Write \
+                   tpot_ms (each request's time per output token, for goodput) and/or \
+                   itl_p99_ms (the level's p99 of per-token inter-token latency, for tuning)";
+        ctx.error(Some(&t.key_span("itl_ms")), &t.field("itl_ms"), msg);
+        return None;
+    }
+    t.check_keys(ctx, &["ttft_ms", "tpot_ms", "itl_p99_ms", "e2e_ms"]);
     let mut get = |key: &str| match t.get(key) {
         Some(_) => t.positive_f64(ctx, key).map(Some),
         None => Some(None),
     };
     let ttft_ms = get("ttft_ms");
-    let itl_ms = get("itl_ms");
+    let tpot_ms = get("tpot_ms");
+    let itl_ms = get("itl_p99_ms");
     let e2e_ms = get("e2e_ms");
     Some(Slo {
         ttft_ms: ttft_ms?,
         itl_ms: itl_ms?,
         e2e_ms: e2e_ms?,
+        tpot_ms: tpot_ms?,
     })
 }

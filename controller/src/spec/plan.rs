@@ -150,11 +150,17 @@ impl JobSpec {
             percentiles: load.percentiles.clone(),
             slo: Some(agentpb::Slo {
                 ttft_ms: load.slo.ttft_ms,
-                itl_ms: load.slo.itl_ms,
+                itl_ms: None,
                 e2e_ms: load.slo.e2e_ms,
+                tpot_ms: load.slo.tpot_ms,
+                itl_p99_ms: load.slo.itl_ms,
             }),
             run_id: String::new(),
             skip_levels: Vec::new(),
+            ramp_up_s: load.ramp_up.as_secs_f64(),
+            window_s: load.window.map(|w| w.as_secs_f64()),
+            steady: load.steady,
+            reset_cache: load.reset_cache,
         }
     }
 

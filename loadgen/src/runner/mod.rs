@@ -304,6 +304,11 @@ impl Runner {
             }
             set.abort_all();
             while set.join_next().await.is_some() {}
+            report.prompt_tokens_all = warm
+                .acc
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .all_input_tokens;
         }
         let start = Instant::now();
         let shared = self.shared(index, self.prompts.clone(), details, start, false);
