@@ -167,7 +167,8 @@ pub fn reset_for(kind: EngineKind) -> (CacheReset, &'static str) {
         ),
         EngineKind::Llamacpp => (
             CacheReset::EraseSlots,
-            "the host-RAM prompt cache survives a slot erase unless the server runs with \
+            "llama-server erases slots only when started with --slot-save-path (an operator's \
+             fixed arg), and its host-RAM prompt cache survives an erase unless it runs with \
              --cache-ram 0",
         ),
     }
