@@ -127,7 +127,12 @@ async fn run(args: SimArgs) -> ExitCode {
         StartupOutcome::Ready => {}
     }
     if let Some(engine) = engine {
-        tokio::spawn(engine.run(timer, args.seed, args.jitter));
+        tokio::spawn(engine.run(
+            timer,
+            state.noise_seed,
+            args.jitter,
+            args.decode_ms_per_1k_context,
+        ));
     }
     state.ready.store(true, Relaxed);
     std::future::pending::<ExitCode>().await
