@@ -307,6 +307,11 @@ pub fn progress(p: &lg::Progress) -> agentpb::BenchmarkProgress {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_load_generator_and_the_wire_agree_on_what_a_burst_is() {
+        assert_eq!(lg::BURST_FACTOR, fleetbench_proto::BURST_FACTOR);
+    }
+
     fn req() -> agentpb::RunBenchmarkRequest {
         agentpb::RunBenchmarkRequest {
             workload: Some(agentpb::Workload {
