@@ -178,3 +178,109 @@ requests = 200
     }
     ctl.shutdown().await;
 }
+
+/// `order = "blocked"` on a two-host fleet on loopback: each (repeat, workload) block runs all
+/// its configs on one host, in the order recorded from the seed (reproducible with
+/// `order_seed`), the two blocks in parallel on the two hosts; the seed is in the job's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_order_keeps_each_repeat_block_on_one_host_in_the_recorded_order() {
+    use fleetbench_proto::controllerpb::{WatchJobRequest, job_event};
+    let dir = tempfile::tempdir().unwrap();
+    let a1 = spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
+    let a2 = spawn_agent(dir.path(), "h2", fleetbench_testkit::free_port());
+    let ctl = controller(dir.path(), &[&a1, &a2]).await;
+    let mut c = client(ctl.addr).await;
+    let spec = r#"name = "blocked"
+repeats = 2
+order = "blocked"
+order_seed = 7
+
+[[configs]]
+name = "A"
+engine = "sim"
+model = "sim-model"
+flags = { "--ttft-ms" = 2, "--itl-ms" = 2 }
+
+[[configs]]
+name = "B"
+extends = "A"
+flags = { "--itl-ms" = 3 }
+
+[[configs]]
+name = "C"
+extends = "A"
+flags = { "--itl-ms" = 4 }
+
+[[workloads]]
+name = "w"
+dataset = "random"
+input_len = 16
+output_len = 8
+
+[load]
+concurrency = [2]
+requests = 8
+"#;
+    let r = run(&mut c, spec).await;
+    assert_eq!(r.runs.len(), 6, "3 configs x 2 repeats");
+    // The recorded order: the trials' positions, as the seed shuffled each block.
+    let parsed = fleetbench_controller::spec::parse("job.toml", spec).unwrap();
+    let want: Vec<(u32, String)> = parsed
+        .expand_trials_seeded(7)
+        .iter()
+        .map(|t| (t.repeat, parsed.configs[t.config].name.clone()))
+        .collect();
+    let mut runs = r.runs.clone();
+    runs.sort_by(|a, b| a.trial_id.cmp(&b.trial_id));
+    let got: Vec<(u32, String)> = runs
+        .iter()
+        .map(|r| (r.repeat, r.config_name.clone()))
+        .collect();
+    assert_eq!(got, want, "trials in the order the seed gave");
+    let orders: Vec<Vec<&str>> = (0..2)
+        .map(|rep| {
+            want.iter()
+                .filter(|(r, _)| *r == rep)
+                .map(|(_, c)| c.as_str())
+                .collect()
+        })
+        .collect();
+    println!("block orders: {orders:?}");
+    let mut hosts = BTreeMap::new();
+    for rep in 0..2u32 {
+        let block: Vec<_> = runs.iter().filter(|r| r.repeat == rep).collect();
+        let on: std::collections::BTreeSet<&str> = block.iter().map(|r| r.host.as_str()).collect();
+        assert_eq!(on.len(), 1, "repeat {rep} ran on {on:?}");
+        hosts.insert(rep, on.into_iter().next().unwrap().to_string());
+        // One after another, in the recorded order.
+        for pair in block.windows(2) {
+            assert!(
+                pair[1].started_unix_ms >= pair[0].finished_unix_ms,
+                "repeat {rep}: {} started before {} ended",
+                pair[1].config_name,
+                pair[0].config_name
+            );
+        }
+    }
+    println!("block hosts: {hosts:?}");
+    assert_ne!(
+        hosts[&0], hosts[&1],
+        "the two blocks ran in parallel on both hosts"
+    );
+
+    let mut s = c
+        .watch_job(WatchJobRequest {
+            job_id: r.jobs[0].id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seeded = false;
+    while let Some(ev) = s.message().await.unwrap() {
+        if let Some(job_event::Event::Message(m)) = ev.event {
+            seeded |= m.contains("seed 7 (order_seed = 7 reproduces it)");
+        }
+    }
+    assert!(seeded, "the job's events record the seed");
+    ctl.shutdown().await;
+}

@@ -80,7 +80,7 @@ fn bad_load() {
             "bad_load.toml:19: load.duration: give either requests or duration per level, not both",
             "bad_load.toml:20: load.percentiles[1]: a percentile is between 0 and 100 (exclusive), got 100",
             "bad_load.toml:21: load.concurency: unknown key \"concurency\" (did you mean \"concurrency\"?)",
-            "bad_load.toml:22: load.slo.itl: unknown key \"itl\" (expected one of: ttft_ms, itl_ms, e2e_ms)",
+            "bad_load.toml:22: load.slo.itl: unknown key \"itl\" (expected one of: ttft_ms, tpot_ms, itl_p99_ms, e2e_ms)",
             "bad_load.toml:22: load.slo.ttft_ms: must be greater than 0, got 0",
         ],
     );
@@ -118,7 +118,7 @@ fn bad_top() {
             "bad_top.toml: load: missing: a [load] table with the load levels",
             "bad_top.toml:1: name: must not be empty",
             "bad_top.toml:2: repeats: must be at least 1, got 0",
-            "bad_top.toml:3: order: expected \"interleaved\" or \"sequential\", got \"random\"",
+            "bad_top.toml:3: order: expected \"interleaved\", \"sequential\" or \"blocked\", got \"random\"",
             "bad_top.toml:4: descripton: unknown key \"descripton\" (did you mean \"description\"?)",
             "bad_top.toml:7: hosts.names: expected a list, got \"gpu-01\"",
             "bad_top.toml:8: hosts.gpu_count: must be at least 1, got 0",

@@ -48,6 +48,21 @@ pub enum Order {
     Interleaved,
     /// All repeats of a config before the next config: fewer engine restarts.
     Sequential,
+    /// Blocking by host: the configs of one (repeat, workload) block run one after another on
+    /// the same host, in an order shuffled per block (`order_seed`, else a seed derived from
+    /// the job id, recorded in the job's events); blocks run in parallel on the hosts there
+    /// are. A difference between configs is then never a difference between hosts.
+    Blocked {
+        /// `order_seed = N`: reproduces a recorded order.
+        seed: Option<u64>,
+    },
+}
+
+impl Order {
+    /// Whether trials of one block must stay on one host.
+    pub fn is_blocked(self) -> bool {
+        matches!(self, Order::Blocked { .. })
+    }
 }
 
 /// Which hosts a job may run on. Empty fields match everything.

@@ -15,6 +15,7 @@ const TOP_KEYS: &[&str] = &[
     "description",
     "repeats",
     "order",
+    "order_seed",
     "hosts",
     "configs",
     "workloads",
@@ -126,17 +127,45 @@ fn reserved(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) {
 
 fn order(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Order> {
     let Some(v) = root.get("order") else {
+        if root.has("order_seed") {
+            let msg = "only applies to order = \"blocked\" (the other orders are not shuffled)";
+            ctx.error(Some(&root.key_span("order_seed")), "order_seed", msg);
+            return None;
+        }
         return Some(Order::default());
     };
-    match as_string(ctx, "order", v)?.as_str() {
-        "interleaved" => Some(Order::Interleaved),
-        "sequential" => Some(Order::Sequential),
-        other => {
-            let msg = format!("expected \"interleaved\" or \"sequential\", got {other:?}");
-            ctx.error(Some(&v.span()), "order", msg);
-            None
+    let seed = match root.get("order_seed") {
+        Some(sv) => {
+            let n = as_f64(ctx, "order_seed", sv)?;
+            if !(n >= 0.0 && n.fract() == 0.0 && n < 9.0e15) {
+                ctx.error(
+                    Some(&sv.span()),
+                    "order_seed",
+                    format!("expected a non-negative integer, got {n}"),
+                );
+                return None;
+            }
+            Some(n as u64)
         }
+        None => None,
+    };
+    let order = match as_string(ctx, "order", v)?.as_str() {
+        "interleaved" => Order::Interleaved,
+        "sequential" => Order::Sequential,
+        "blocked" => Order::Blocked { seed },
+        other => {
+            let msg =
+                format!("expected \"interleaved\", \"sequential\" or \"blocked\", got {other:?}");
+            ctx.error(Some(&v.span()), "order", msg);
+            return None;
+        }
+    };
+    if seed.is_some() && !order.is_blocked() {
+        let msg = "only applies to order = \"blocked\" (the other orders are not shuffled)";
+        ctx.error(Some(&root.key_span("order_seed")), "order_seed", msg);
+        return None;
     }
+    Some(order)
 }
 
 fn hosts(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<HostSelector> {
