@@ -110,8 +110,14 @@ reset_cache = true
     assert_eq!(r.levels.len(), 2 * 2 * 2, "configs x workloads x levels");
     for l in &r.levels {
         let cache = l.result.as_ref().unwrap().prefix_cache.as_ref().unwrap();
-        assert_eq!(cache.reset, "flushed", "POST /flush_cache before every level");
-        assert!(cache.source.starts_with("sglang:cached_tokens_total"), "{cache:?}");
+        assert_eq!(
+            cache.reset, "flushed",
+            "POST /flush_cache before every level"
+        );
+        assert!(
+            cache.source.starts_with("sglang:cached_tokens_total"),
+            "{cache:?}"
+        );
     }
     let mut figures: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     for l in &r.levels {

@@ -42,6 +42,17 @@ fn label(l: &StoredLevel) -> String {
         .unwrap_or_default()
 }
 
+/// Failed and sent requests, and failures by kind, of one (config, workload).
+#[derive(Default)]
+struct Errors {
+    failed: u64,
+    sent: u64,
+    kinds: BTreeMap<String, u64>,
+}
+
+/// Per config: error-rate sums by load (x as bits → (x, sum, levels)).
+type RateByLoad<'a> = BTreeMap<&'a str, BTreeMap<u64, (f64, f64, u32)>>;
+
 /// Plain-words notes on the job's figures (empty when there is nothing to say).
 pub fn notes(results: &GetResultsResponse) -> Vec<String> {
     let shares = sharing(results);
@@ -49,7 +60,7 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
     // Cache hits where the workload does not share: (config, workload) → (levels, worst).
     let mut hits: BTreeMap<(String, String), (usize, f64, String)> = BTreeMap::new();
     let mut bursts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut errors: BTreeMap<(String, String), (u64, u64, BTreeMap<String, u64>)> = BTreeMap::new();
+    let mut errors: BTreeMap<(String, String), Errors> = BTreeMap::new();
     let mut hosts: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     for l in &results.levels {
         let Some(r) = &l.result else { continue };
@@ -79,10 +90,10 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
         let e = errors
             .entry((l.config_name.clone(), l.workload.clone()))
             .or_default();
-        e.0 += r.failed;
-        e.1 += r.sent;
+        e.failed += r.failed;
+        e.sent += r.sent;
         for (k, n) in &r.failures_by_kind {
-            *e.2.entry(k.clone()).or_default() += n;
+            *e.kinds.entry(k.clone()).or_default() += n;
         }
     }
     for ((config, workload), (n, worst, at)) in hits {
@@ -101,7 +112,15 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
             fleetbench_loadgen::BURST_FACTOR
         ));
     }
-    for ((config, workload), (failed, sent, kinds)) in errors {
+    for (
+        (config, workload),
+        Errors {
+            failed,
+            sent,
+            kinds,
+        },
+    ) in errors
+    {
         if failed == 0 {
             continue;
         }
@@ -142,7 +161,7 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
 /// Error rate against load, one line per config (mean over repeats), per workload.
 pub(crate) fn error_rate_charts(results: &GetResultsResponse, colors: &Colors) -> Vec<Chart> {
     // workload → config → x → (sum, n)
-    let mut data: BTreeMap<&str, BTreeMap<&str, BTreeMap<u64, (f64, f64, u32)>>> = BTreeMap::new();
+    let mut data: BTreeMap<&str, RateByLoad<'_>> = BTreeMap::new();
     let mut rate_axis = BTreeMap::new();
     for l in &results.levels {
         let Some(r) = &l.result else { continue };
