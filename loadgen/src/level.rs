@@ -364,6 +364,11 @@ impl Accum {
                     self.first_failure.as_deref().unwrap_or("?")
                 ))
             }
+            (0, None) if !cancelled && self.left_ramp_up > 0 => Some(format!(
+                "all {} requests were intended during the ramp-up, none inside the measurement \
+                 window: lengthen the level or shorten the ramp-up",
+                self.left_ramp_up
+            )),
             (0, None) if !cancelled => Some("no request was sent".into()),
             _ => None,
         };
