@@ -82,6 +82,8 @@ pub async fn run(
             fleetbench.level.e2e_p50_ms = tracing::field::Empty,
             fleetbench.level.e2e_p99_ms = tracing::field::Empty,
             fleetbench.level.errors = tracing::field::Empty,
+            fleetbench.level.error_rate = tracing::field::Empty,
+            fleetbench.level.prefix_cache_hit_rate = tracing::field::Empty,
             fleetbench.level.crashed = tracing::field::Empty,
         );
         let before = interrupt_of(&state.borrow(), generation);
@@ -210,6 +212,10 @@ fn record(span: &tracing::Span, r: &agentpb::LevelResult) {
     );
     span.record("fleetbench.level.requests_per_s", r.requests_per_s);
     span.record("fleetbench.level.errors", r.failed as i64);
+    span.record("fleetbench.level.error_rate", r.error_rate);
+    if let Some(h) = r.prefix_cache.as_ref().and_then(|c| c.hit_rate) {
+        span.record("fleetbench.level.prefix_cache_hit_rate", h);
+    }
     span.record(
         "fleetbench.level.crashed",
         r.outcome == LevelOutcome::Crashed as i32,
