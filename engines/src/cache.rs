@@ -70,6 +70,8 @@ pub fn counters(kind: EngineKind, text: &str) -> CacheCounters {
     let vllm = |c: &mut CacheCounters| {
         c.hits = sum(&expo, "vllm:prefix_cache_hits_total");
         c.queries = sum(&expo, "vllm:prefix_cache_queries_total");
+        // Versions before the counters had a hit-rate gauge.
+        c.hit_rate_gauge = sum(&expo, "vllm:gpu_prefix_cache_hit_rate");
     };
     let llamacpp = |c: &mut CacheCounters| {
         c.prompt_tokens = sum(&expo, "llamacpp:prompt_tokens_total");
@@ -137,7 +139,12 @@ pub fn level_figure(
         return f;
     }
     if let Some(g) = after.hit_rate_gauge {
-        f.source = "sglang:cache_hit_rate (a recent-window gauge, read at the level's end)".into();
+        let name = if kind == EngineKind::Vllm {
+            "vllm:gpu_prefix_cache_hit_rate"
+        } else {
+            "sglang:cache_hit_rate"
+        };
+        f.source = format!("{name} (a gauge, read at the level's end)");
         f.hit_rate = Some(g.clamp(0.0, 1.0));
         return f;
     }
@@ -225,6 +232,13 @@ mod tests {
         let f = level_figure(EngineKind::Llamacpp, &a, &b, 1000);
         assert_eq!(f.hit_rate, Some(0.5));
 
+        let old = counters(EngineKind::Vllm, "vllm:gpu_prefix_cache_hit_rate 0.25\n");
+        let f = level_figure(EngineKind::Vllm, &old, &old, 10);
+        assert_eq!(f.hit_rate, Some(0.25));
+        assert!(
+            f.source.starts_with("vllm:gpu_prefix_cache_hit_rate"),
+            "{f:?}"
+        );
         let none = counters(EngineKind::Vllm, "vllm:num_requests_running 0\n");
         let f = level_figure(EngineKind::Vllm, &none, &none, 10);
         assert!(f.hit_rate.is_none() && !f.note.is_empty());
