@@ -60,6 +60,8 @@ pub async fn run(
         .as_ref()
         .map(|p| p.config_id.clone())
         .unwrap_or_default();
+    let plan = state.borrow().plan.clone();
+    let http = crate::http::HttpClient::new();
     for (index, level) in req.levels.iter().enumerate() {
         if req.skip_levels.contains(&(index as u32)) {
             continue;
@@ -80,17 +82,40 @@ pub async fn run(
             fleetbench.level.e2e_p50_ms = tracing::field::Empty,
             fleetbench.level.e2e_p99_ms = tracing::field::Empty,
             fleetbench.level.errors = tracing::field::Empty,
+            fleetbench.level.error_rate = tracing::field::Empty,
+            fleetbench.level.prefix_cache_hit_rate = tracing::field::Empty,
             fleetbench.level.crashed = tracing::field::Empty,
         );
-        let started = now_unix_ms();
         let before = interrupt_of(&state.borrow(), generation);
+        // The cache is emptied, and its counters read, outside the level's clock.
+        let mut cache_before = None;
+        if let (Some(p), None) = (&plan, &before) {
+            let reset = if req.reset_cache {
+                crate::cache::reset(&http, p).await
+            } else {
+                String::new()
+            };
+            cache_before = Some((reset, crate::cache::counters(&http, p).await));
+        }
+        let started = now_unix_ms();
         let (report, interrupt) = match before {
             Some(i) => (fleetbench_loadgen::LevelReport::default(), Some(i)),
             None => run_level(&runner, index, level, &mut state, generation, &tx, &span).await,
         };
+        let finished = now_unix_ms();
         let mut result = convert::level_result(index, level, &report);
+        if let (Some(p), Some((reset, b)), None) = (&plan, cache_before, &interrupt) {
+            let a = crate::cache::counters(&http, p).await;
+            result.prefix_cache = Some(crate::cache::figure(
+                p,
+                b,
+                a,
+                report.prompt_tokens_all,
+                reset,
+            ));
+        }
         result.started_unix_ms = started;
-        result.finished_unix_ms = now_unix_ms();
+        result.finished_unix_ms = finished;
         let stop = interrupt.is_some();
         match interrupt {
             Some(Interrupt::Crashed(crash)) => {
@@ -187,6 +212,10 @@ fn record(span: &tracing::Span, r: &agentpb::LevelResult) {
     );
     span.record("fleetbench.level.requests_per_s", r.requests_per_s);
     span.record("fleetbench.level.errors", r.failed as i64);
+    span.record("fleetbench.level.error_rate", r.error_rate);
+    if let Some(h) = r.prefix_cache.as_ref().and_then(|c| c.hit_rate) {
+        span.record("fleetbench.level.prefix_cache_hit_rate", h);
+    }
     span.record(
         "fleetbench.level.crashed",
         r.outcome == LevelOutcome::Crashed as i32,

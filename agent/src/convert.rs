@@ -174,14 +174,30 @@ pub fn bench_config(
     if !req.percentiles.is_empty() {
         cfg.percentiles = req.percentiles.clone();
     }
-    if let Some(s) = &req.slo
-        && (s.ttft_ms.is_some() || s.itl_ms.is_some() || s.e2e_ms.is_some())
+    if let Some(s) = &req.slo {
+        // A lone deprecated itl_ms meant the per-request TPOT (callers before tpot_ms).
+        let tpot_ms = s.tpot_ms.or(s.itl_ms);
+        if s.ttft_ms.is_some() || tpot_ms.is_some() || s.e2e_ms.is_some() {
+            cfg.slo = Some(lg::Slo {
+                ttft_ms: s.ttft_ms,
+                tpot_ms,
+                e2e_ms: s.e2e_ms,
+            });
+        }
+    }
+    if !(req.ramp_up_s.is_finite() && req.ramp_up_s >= 0.0) {
+        return Err(bad(
+            "ramp_up_s",
+            format!("{} is not a non-negative number of seconds", req.ramp_up_s),
+        ));
+    }
+    if let Some(w) = req.window_s
+        && !(w.is_finite() && w > 0.0)
     {
-        cfg.slo = Some(lg::Slo {
-            ttft_ms: s.ttft_ms,
-            itl_ms: s.itl_ms,
-            e2e_ms: s.e2e_ms,
-        });
+        return Err(bad(
+            "window_s",
+            format!("{w} is not a positive number of seconds"),
+        ));
     }
     cfg.seed = w.seed;
     cfg.ignore_eos = w.ignore_eos;
@@ -235,14 +251,46 @@ pub fn level_result(
         goodput_requests_per_s: r.goodput_requests_per_s,
         peak_concurrency: r.peak_concurrency,
         ttft_ms: Some(distribution(&r.ttft_ms)),
+        ttft_answer_ms: Some(distribution(&r.ttft_answer_ms)),
         itl_ms: Some(distribution(&r.itl_ms)),
+        itl_chunk_ms: Some(distribution(&r.itl_chunk_ms)),
         tpot_ms: Some(distribution(&r.tpot_ms)),
         e2e_ms: Some(distribution(&r.e2e_ms)),
         queue_ms: Some(distribution(&r.queue_ms)),
         error: r.error.clone().unwrap_or_default(),
         started_unix_ms: 0,
         finished_unix_ms: 0,
+        sent: r.sent,
+        error_rate: r.error_rate,
+        left_out: Some(agentpb::LeftOut {
+            failed: r.left_out.failed,
+            ramp_up: r.left_out.ramp_up,
+            drain: r.left_out.drain,
+        }),
+        burst: r.burst,
+        window_s: r.window_s,
+        ramp_up_s: r.ramp_up_s,
+        prefix_cache: None,
     }
+}
+
+/// Builds the load generator for `req`: its prompts' markers are named by the caller's run
+/// id (job, trial, attempt), and a ramp-up or window asks for steady-state measurement.
+pub async fn runner(
+    req: &agentpb::RunBenchmarkRequest,
+    cfg: lg::BenchConfig,
+) -> Result<lg::Runner, lg::LoadgenError> {
+    let mut runner = lg::Runner::new(cfg).await?;
+    if !req.run_id.is_empty() {
+        runner = runner.with_run_key(&req.run_id);
+    }
+    if req.ramp_up_s > 0.0 {
+        runner = runner.with_ramp_up(Duration::from_secs_f64(req.ramp_up_s));
+    }
+    if req.steady || req.window_s.is_some() {
+        runner = runner.with_window(req.window_s.map(Duration::from_secs_f64));
+    }
+    Ok(runner)
 }
 
 pub fn progress(p: &lg::Progress) -> agentpb::BenchmarkProgress {
@@ -258,6 +306,11 @@ pub fn progress(p: &lg::Progress) -> agentpb::BenchmarkProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_load_generator_and_the_wire_agree_on_what_a_burst_is() {
+        assert_eq!(lg::BURST_FACTOR, fleetbench_proto::BURST_FACTOR);
+    }
 
     fn req() -> agentpb::RunBenchmarkRequest {
         agentpb::RunBenchmarkRequest {
@@ -284,6 +337,7 @@ mod tests {
             slo: None,
             run_id: "r".into(),
             skip_levels: vec![],
+            ..Default::default()
         }
     }
 

@@ -45,9 +45,34 @@ impl HttpClient {
         timeout: Duration,
         max_body: usize,
     ) -> Result<Reply, String> {
+        self.call(http::Method::GET, url, timeout, max_body).await
+    }
+
+    /// POST to `url` with an empty body (an engine's cache flush).
+    pub async fn post(
+        &self,
+        url: &str,
+        timeout: Duration,
+        max_body: usize,
+    ) -> Result<Reply, String> {
+        self.call(http::Method::POST, url, timeout, max_body).await
+    }
+
+    async fn call(
+        &self,
+        method: http::Method,
+        url: &str,
+        timeout: Duration,
+        max_body: usize,
+    ) -> Result<Reply, String> {
         let uri: http::Uri = url.parse().map_err(|e| format!("bad URL {url}: {e}"))?;
+        let req = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Empty::new())
+            .map_err(|e| format!("bad request for {url}: {e}"))?;
         let fut = async {
-            let resp = self.client.get(uri).await.map_err(|e| describe(&e))?;
+            let resp = self.client.request(req).await.map_err(|e| describe(&e))?;
             let status = resp.status().as_u16();
             let body = http_body_util::Limited::new(resp.into_body(), max_body)
                 .collect()

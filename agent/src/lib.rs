@@ -13,6 +13,7 @@
 //! ```
 
 pub mod bench;
+mod cache;
 pub mod config;
 pub mod convert;
 pub mod host;

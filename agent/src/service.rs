@@ -238,7 +238,7 @@ impl Agent for AgentService {
             }
         };
         let cfg = crate::convert::bench_config(&req, &plan.base_url).map_err(RpcError::from)?;
-        let runner = fleetbench_loadgen::Runner::new(cfg)
+        let runner = crate::convert::runner(&req, cfg)
             .await
             .map_err(RpcError::from)?;
         let (tx, rx) = mpsc::channel(64);

@@ -98,6 +98,7 @@ async fn llama_server_apply_restart_benchmark_metrics() {
         slo: None,
         run_id: "llama".into(),
         skip_levels: vec![],
+        ..Default::default()
     };
     let (_, levels) = bench(&mut c, req, Duration::from_secs(300)).await.unwrap();
     assert_eq!(levels.len(), 2, "{levels:?}");

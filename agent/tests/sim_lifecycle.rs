@@ -117,6 +117,7 @@ async fn apply_restart_benchmark_metrics_stop() {
         slo: None,
         run_id: "bench-1".into(),
         skip_levels: vec![],
+        ..Default::default()
     };
     let (_progress, levels) = bench(&mut c, req.clone(), Duration::from_secs(120))
         .await
@@ -257,6 +258,7 @@ async fn crash_above_batch_size_ends_the_level_crashed_with_the_traceback() {
         slo: None,
         run_id: "crash".into(),
         skip_levels: vec![],
+        ..Default::default()
     };
     // The stream ends after the crashed level instead of hanging.
     let (_, levels) = bench(&mut c, req, Duration::from_secs(120)).await.unwrap();

@@ -262,8 +262,8 @@ async fn compare_report_and_diff_read_the_embedded_store() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert_eq!(
         html.matches("<svg").count(),
-        5,
-        "4 sweeps + running requests"
+        6,
+        "4 sweeps + error rate + running requests"
     );
     assert!(html.contains("No GPU telemetry"));
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();

@@ -350,9 +350,14 @@ fn report_renders_in_headless_chromium() {
         "console errors: {:?}",
         console_lines(&stderr)
     );
-    // 4 load-sweep charts + GPU power, GPU utilisation, running requests, KV cache.
+    // 4 load-sweep charts + error rate + GPU power, GPU utilisation, running requests, KV
+    // cache.
     let svgs = dom.matches("<svg").count();
-    assert_eq!(svgs, 8, "rendered DOM has {svgs} SVG plots");
+    assert_eq!(svgs, 9, "rendered DOM has {svgs} SVG plots");
+    assert!(
+        dom.contains("error rate (failed / sent)"),
+        "the error-rate plot"
+    );
     assert!(dom.contains("b crashed"), "crash marked on the plots");
     assert!(
         dom.contains("AttributeError"),
@@ -415,7 +420,11 @@ fn a_report_without_telemetry_says_so() {
     let html = std::fs::read_to_string(&files[2]).unwrap();
     assert!(html.contains("No GPU telemetry: the hosts reported no GPUs"));
     assert!(html.contains("No engine metrics were scraped"));
-    assert_eq!(html.matches("<svg").count(), 4, "only the load sweeps");
+    assert_eq!(
+        html.matches("<svg").count(),
+        5,
+        "only the load sweeps and the error rate"
+    );
 }
 
 #[test]

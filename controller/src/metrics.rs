@@ -292,6 +292,24 @@ impl Metrics {
         self.gauge(&names::LEVEL_REQUESTS, rep.clone(), r.requests_per_s);
         self.gauge(&names::LEVEL_GOODPUT, rep.clone(), r.goodput_requests_per_s);
         self.gauge(&names::LEVEL_ERRORS, rep.clone(), r.failed as f64);
+        let mut all = rep.clone();
+        all.push((attr::ERROR_TYPE, "all".into()));
+        self.gauge(&names::LEVEL_ERROR_RATE, all, r.error_rate);
+        if r.sent > 0 {
+            for (kind, n) in &r.failures_by_kind {
+                let mut l = rep.clone();
+                l.push((attr::ERROR_TYPE, kind.clone()));
+                self.gauge(&names::LEVEL_ERROR_RATE, l, *n as f64 / r.sent as f64);
+            }
+        }
+        self.gauge(
+            &names::LEVEL_BURST,
+            rep.clone(),
+            if r.burst { 1.0 } else { 0.0 },
+        );
+        if let Some(h) = r.prefix_cache.as_ref().and_then(|c| c.hit_rate) {
+            self.gauge(&names::LEVEL_PREFIX_CACHE_HIT_RATE, rep.clone(), h);
+        }
         self.gauge(
             &names::LEVEL_CRASHED,
             rep.clone(),
@@ -300,6 +318,7 @@ impl Metrics {
         let dists = [
             (&names::LEVEL_TTFT, r.ttft_ms.as_ref()),
             (&names::LEVEL_ITL, r.itl_ms.as_ref()),
+            (&names::LEVEL_ITL_CHUNK, r.itl_chunk_ms.as_ref()),
             (&names::LEVEL_TPOT, r.tpot_ms.as_ref()),
             (&names::LEVEL_E2E, r.e2e_ms.as_ref()),
         ];

@@ -44,7 +44,7 @@ concurrency = [1, 16, 256]
 warmup = 4
 requests = 200
 percentiles = [90]
-slo = { ttft_ms = 2000, itl_ms = 50 }
+slo = { ttft_ms = 2000, tpot_ms = 50, itl_p99_ms = 50 }
 "#;
 
 fn ab() -> JobSpec {
@@ -137,6 +137,59 @@ fn interleaved_trials_measure_every_config_before_any_twice() {
 }
 
 #[test]
+fn a_blocked_order_shuffles_each_block_reproducibly() {
+    let blocked = |extra: &str| {
+        parse(
+            "ab.toml",
+            &AB.replace("repeats = 2", &format!("repeats = 2\n{extra}")),
+        )
+    };
+    let spec = blocked("order = \"blocked\"\norder_seed = 3").unwrap();
+    assert_eq!(spec.order, Order::Blocked { seed: Some(3) });
+    let trials = spec.expand_trials_seeded(spec.order_seed("any job"));
+    assert_eq!(
+        trials,
+        spec.expand_trials_seeded(3),
+        "order_seed wins over the job id"
+    );
+    // Every block (repeat, workload) holds each config once, contiguously.
+    assert_eq!(trials.len(), 8);
+    for chunk in trials.chunks(2) {
+        assert_eq!(
+            (chunk[0].repeat, chunk[0].workload),
+            (chunk[1].repeat, chunk[1].workload)
+        );
+        assert_ne!(chunk[0].config, chunk[1].config);
+    }
+    // Over many seeds both orders of a block occur: the order is shuffled, not fixed.
+    let firsts: std::collections::BTreeSet<usize> = (0..16)
+        .map(|s| spec.expand_trials_seeded(s)[0].config)
+        .collect();
+    assert_eq!(firsts.len(), 2);
+    // Without order_seed the job id seeds it; a seed with another order is an error.
+    let unseeded = blocked("order = \"blocked\"").unwrap();
+    assert_ne!(unseeded.order_seed("job-a"), unseeded.order_seed("job-b"));
+    // The ambiguous itl_ms is refused, naming the two fields it meant.
+    let err = parse(
+        "ab.toml",
+        &AB.replace("tpot_ms = 50, itl_p99_ms = 50", "itl_ms = 50"),
+    )
+    .unwrap_err();
+    let text = err[0].to_string();
+    assert!(
+        text.contains("load.slo.itl_ms") && text.contains("tpot_ms") && text.contains("itl_p99_ms"),
+        "{text}"
+    );
+    let err = blocked("order_seed = 3").unwrap_err();
+    assert!(
+        err[0]
+            .to_string()
+            .contains("order_seed: only applies to order = \"blocked\""),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn engine_spec_carries_profile_model_flags_and_env() {
     let spec = ab();
     let es = spec.engine_spec(1);
@@ -181,9 +234,10 @@ fn benchmark_request_maps_dataset_levels_bound_and_slo() {
     assert_eq!(req.percentiles, [50.0, 90.0, 99.0]);
     let slo = req.slo.unwrap();
     assert_eq!(
-        (slo.ttft_ms, slo.itl_ms, slo.e2e_ms),
-        (Some(2000.0), Some(50.0), None)
+        (slo.ttft_ms, slo.tpot_ms, slo.itl_p99_ms, slo.e2e_ms),
+        (Some(2000.0), Some(50.0), Some(50.0), None)
     );
+    assert_eq!(slo.itl_ms, None, "the deprecated field is never sent");
     assert!(req.run_id.is_empty() && req.skip_levels.is_empty());
 
     let chat = spec.benchmark_request(1);

@@ -256,6 +256,59 @@ async fn upgrade_from_v2(url: String) {
     store.close().await;
 }
 
+/// A level's error rate and cache figure are columns: the levels above an error rate are
+/// listed from SQL, older rows (no figure) are not, and the blob keeps the figures whole.
+async fn error_rates(store: Store) {
+    let t = trial("e", 0, "flaky");
+    store
+        .insert_job(&job("e", JobKind::Sweep, 1), &[], std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    for (i, (failed, hit)) in [(0u64, Some(0.0)), (20, Some(0.5)), (3, None)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut l = level(&t, "h", i as u32, 1000.0, None);
+        let r = l.result.as_mut().unwrap();
+        r.failed = failed;
+        r.sent = 100;
+        r.error_rate = failed as f64 / 100.0;
+        r.failures_by_kind = [("http_500".to_string(), failed)].into_iter().collect();
+        r.prefix_cache = Some(fleetbench_proto::agentpb::PrefixCache {
+            hit_rate: hit,
+            ..Default::default()
+        });
+        assert!(store.put_level(&l).await.unwrap());
+    }
+    let above = store.levels_with_errors("e", 0.01).await.unwrap();
+    assert_eq!(
+        above,
+        [(t.id.clone(), 1, 0.2), (t.id.clone(), 2, 0.03)],
+        "levels at or above 1% errors"
+    );
+    assert_eq!(store.levels_with_errors("e", 0.1).await.unwrap().len(), 1);
+    let back = store.levels("e").await.unwrap();
+    let r = back[1].result.as_ref().unwrap();
+    assert_eq!((r.error_rate, r.failures_by_kind["http_500"]), (0.2, 20));
+    // A row from before version 4 has no error rate and is not listed.
+    store
+        .execute_raw("UPDATE levels SET error_rate = NULL WHERE level_index = 1")
+        .await
+        .unwrap();
+    assert_eq!(store.levels_with_errors("e", 0.01).await.unwrap().len(), 1);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn level_error_rates_sqlite() {
+    on_sqlite(error_rates).await;
+}
+
+#[tokio::test]
+async fn level_error_rates_postgres() {
+    on_postgres("errors", error_rates).await;
+}
+
 /// Runs `check` with the URL of a fresh SQLite store.
 async fn sqlite_url<F: Future<Output = ()>>(check: impl FnOnce(String) -> F) {
     let dir = tempfile::tempdir().unwrap();

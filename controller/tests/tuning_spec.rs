@@ -83,8 +83,9 @@ fn a_space_expands_with_constraints_into_plain_job_configs() {
     );
     assert_eq!(
         job.load.bound,
-        fleetbench_controller::spec::Bound::Requests(4),
-        "at least one request per slot"
+        fleetbench_controller::spec::Bound::Requests(8),
+        "half of 8 would be one request per slot of c=4 (a burst): a rung keeps 4 per slot, \
+         capped by the spec's own 8"
     );
 }
 

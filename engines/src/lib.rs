@@ -8,10 +8,12 @@
 //! - [`crash`]: why an engine died (`oom`, `python_exception`, `nccl`, ...), from its exit and
 //!   its log tail.
 //! - [`metrics`]: an engine's Prometheus `/metrics` mapped to common names.
+//! - [`cache`]: emptying an engine's prefix cache, and its own figure of what it served from it.
 //! - [`defaults`]: the built-in profile data per kind (program, fixed args, probes, timeouts).
 //!
 //! A pure library: no runtime, no network; callers feed it text.
 
+pub mod cache;
 pub mod crash;
 pub mod defaults;
 pub mod flags;

@@ -281,6 +281,8 @@ pub(crate) struct Streamed {
     pub usage: Option<(u64, u64)>,
     /// Tokens counted from content chunks (used when the server sends no usage).
     pub counted_tokens: u64,
+    /// Arrival of the first answer token (after any reasoning tokens).
+    pub first_answer: Option<Instant>,
 }
 
 /// Per-slot reusable buffers: the SSE scanner, and what the current request measured so far
@@ -333,6 +335,7 @@ pub(crate) async fn stream_request(
     let mut failure: Option<Failure> = None;
     let mut first_event = true;
     let mut content_without_usage = false;
+    let mut first_answer: Option<Instant> = None;
     loop {
         let next = conn.next_chunk(&mut body).await;
         let (at, data) = match next {
@@ -393,6 +396,9 @@ pub(crate) async fn stream_request(
             } else if ev.has_content {
                 content_without_usage = true;
             }
+            if ev.answer && first_answer.is_none() {
+                first_answer = Some(at);
+            }
             if tokens > 0 {
                 counted += tokens;
                 chunks.push((at, tokens.min(u64::from(u32::MAX)) as u32));
@@ -428,6 +434,7 @@ pub(crate) async fn stream_request(
         end,
         usage,
         counted_tokens: counted,
+        first_answer,
     })
 }
 

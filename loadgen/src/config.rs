@@ -114,11 +114,12 @@ pub enum Bound {
 }
 
 /// Service-level objectives for goodput: a request counts when it meets every one given.
-/// `itl_ms` applies to the request's mean inter-token latency (its TPOT).
+/// `tpot_ms` applies to the request's own time per output token, `(e2e − ttft) / (tokens − 1)`
+/// (not to a percentile of inter-token gaps, which is a level's figure).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Slo {
     pub ttft_ms: Option<f64>,
-    pub itl_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
     pub e2e_ms: Option<f64>,
 }
 
@@ -129,7 +130,7 @@ impl FromStr for Slo {
         let mut slo = Slo::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part.split_once('=').ok_or_else(|| {
-                format!("{part:?} is not KEY=VALUE (keys: ttft_ms, itl_ms, e2e_ms)")
+                format!("{part:?} is not KEY=VALUE (keys: ttft_ms, tpot_ms, e2e_ms)")
             })?;
             let v: f64 = value
                 .trim()
@@ -141,17 +142,24 @@ impl FromStr for Slo {
                 })?;
             match key.trim() {
                 "ttft_ms" => slo.ttft_ms = Some(v),
-                "itl_ms" | "tpot_ms" => slo.itl_ms = Some(v),
+                "tpot_ms" => slo.tpot_ms = Some(v),
+                "itl_ms" => {
+                    return Err(
+                        "itl_ms is ambiguous and no longer accepted: a request's goodput \
+                         limit is its time per output token, write tpot_ms"
+                            .into(),
+                    );
+                }
                 "e2e_ms" => slo.e2e_ms = Some(v),
                 other => {
                     return Err(format!(
-                        "unknown SLO key {other:?} (keys: ttft_ms, itl_ms, e2e_ms)"
+                        "unknown SLO key {other:?} (keys: ttft_ms, tpot_ms, e2e_ms)"
                     ));
                 }
             }
         }
         if slo == Slo::default() {
-            return Err("empty SLO: give at least one of ttft_ms, itl_ms, e2e_ms".into());
+            return Err("empty SLO: give at least one of ttft_ms, tpot_ms, e2e_ms".into());
         }
         Ok(slo)
     }
@@ -317,12 +325,18 @@ mod tests {
             slo,
             Slo {
                 ttft_ms: Some(500.0),
-                itl_ms: None,
+                tpot_ms: None,
                 e2e_ms: Some(2000.0)
             }
         );
         assert!("ttft=5".parse::<Slo>().unwrap_err().contains("ttft"));
-        assert!("itl_ms=-1".parse::<Slo>().unwrap_err().contains("itl_ms"));
+        assert!("tpot_ms=-1".parse::<Slo>().unwrap_err().contains("tpot_ms"));
+        assert!(
+            "itl_ms=5"
+                .parse::<Slo>()
+                .unwrap_err()
+                .contains("write tpot_ms")
+        );
         assert!("".parse::<Slo>().is_err());
     }
 

@@ -1,13 +1,13 @@
 //! Reduces measured requests into a level's statistics.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::client::Streamed;
 use crate::config::{BenchConfig, Slo};
 use crate::dataset::Prompt;
 use crate::error::Failure;
-use crate::report::{LevelReport, RequestRecord};
+use crate::report::{LeftOut, LevelReport, RequestRecord};
 use crate::stats::Dist;
 
 /// What one request gave, borrowed from its slot.
@@ -34,10 +34,30 @@ fn token_ms(intended: Instant, chunks: &[(Instant, u32)]) -> Vec<f64> {
     out
 }
 
+/// A closed-loop level with fewer measured requests than this many times its concurrency is a
+/// burst: most of its requests start in the first synchronized wave, so its figures describe a
+/// transient, not the engine's steady state.
+pub const BURST_FACTOR: u32 = 4;
+
+/// Width of the buckets token arrivals are counted in (throughput over a window).
+const BUCKET: Duration = Duration::from_millis(10);
+
+/// Which part of a level counts: requests whose intended send falls in
+/// `[began + ramp_up, began + ramp_up + window]` (no window: until the last send).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Steady {
+    pub ramp_up: Duration,
+    pub window: Option<Duration>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Accum {
     ttft: Dist,
+    /// Time to the first answer token (after any reasoning tokens).
+    ttft_answer: Dist,
     itl: Dist,
+    /// One gap per token-bearing SSE event, whatever it carries.
+    itl_chunk: Dist,
     tpot: Dist,
     e2e: Dist,
     queue: Dist,
@@ -49,7 +69,23 @@ pub(crate) struct Accum {
     input_tokens: u64,
     output_tokens: u64,
     last_end: Option<Instant>,
+    /// Requests left out of a steady-state measurement: intended before the window, after it.
+    left_ramp_up: u64,
+    left_drain: u64,
+    /// The last intended send of the level (where a window without a length ends).
+    last_intended: Option<Instant>,
+    /// Prompt tokens of every completed request, left-out ones included.
+    pub all_input_tokens: u64,
+    /// Output tokens of completed requests by arrival, in `BUCKET`s from the level's start.
+    arrivals: Vec<f64>,
     pub records: Vec<RequestRecord>,
+}
+
+/// Where a request's intended send falls.
+enum Place {
+    RampUp,
+    Inside,
+    Drain,
 }
 
 fn ns(a: Instant, b: Instant) -> u64 {
@@ -68,7 +104,41 @@ impl Accum {
         slo: Option<&Slo>,
         details: bool,
         level_index: usize,
+        steady: Option<(Instant, Steady)>,
     ) {
+        self.last_intended = Some(self.last_intended.map_or(m.intended, |t| t.max(m.intended)));
+        let place = match steady {
+            None => Place::Inside,
+            Some((began, w)) => {
+                let at = m.intended.saturating_duration_since(began);
+                if at < w.ramp_up {
+                    Place::RampUp
+                } else if w.window.is_some_and(|len| at > w.ramp_up + len) {
+                    Place::Drain
+                } else {
+                    Place::Inside
+                }
+            }
+        };
+        if let Ok(s) = &m.outcome {
+            self.all_input_tokens += s
+                .usage
+                .map_or(u64::from(m.prompt.input_len.unwrap_or(0)), |u| u.0);
+            if steady.is_some() {
+                self.count_arrivals(start, m.chunks, s.usage.map(|u| u.1));
+            }
+        }
+        match place {
+            Place::Inside => {}
+            Place::RampUp => {
+                self.left_ramp_up += 1;
+                return;
+            }
+            Place::Drain => {
+                self.left_drain += 1;
+                return;
+            }
+        }
         let s = match m.outcome {
             Err(f) => {
                 self.failed += 1;
@@ -122,8 +192,12 @@ impl Accum {
             for &(at, k) in &m.chunks[1..] {
                 let gap = ns(prev, at);
                 self.itl.record_n(gap / u64::from(k), u64::from(k));
+                self.itl_chunk.record(gap);
                 prev = at;
             }
+        }
+        if let Some(a) = s.first_answer {
+            self.ttft_answer.record(ns(m.intended, a));
         }
         let tpot = match ttft {
             Some(t) if output > 1 => {
@@ -141,7 +215,7 @@ impl Accum {
         let good = slo.is_none_or(|slo| {
             meets(slo.ttft_ms, ttft)
                 && meets(slo.e2e_ms, Some(e2e))
-                && (slo.itl_ms.is_none() || output <= 1 || meets(slo.itl_ms, tpot))
+                && (slo.tpot_ms.is_none() || output <= 1 || meets(slo.tpot_ms, tpot))
         });
         self.good += u64::from(good);
         if details {
@@ -166,7 +240,32 @@ impl Accum {
         }
     }
 
-    /// Fills `r` from what was accumulated.
+    /// Adds a completed request's output tokens to the arrival buckets (its `usage` count,
+    /// spread over its chunks in proportion to what each carried).
+    fn count_arrivals(&mut self, start: Instant, chunks: &[(Instant, u32)], usage: Option<u64>) {
+        let counted: u64 = chunks.iter().map(|c| u64::from(c.1)).sum();
+        if counted == 0 {
+            return;
+        }
+        let scale = usage.map_or(1.0, |u| u as f64 / counted as f64);
+        for &(at, k) in chunks {
+            let b = (at.saturating_duration_since(start).as_nanos() / BUCKET.as_nanos()) as usize;
+            if self.arrivals.len() <= b {
+                self.arrivals.resize(b + 1, 0.0);
+            }
+            self.arrivals[b] += f64::from(k) * scale;
+        }
+    }
+
+    /// Output tokens that arrived in `[from, to)` (offsets from the level's start).
+    fn arrived(&self, from: Duration, to: Duration) -> f64 {
+        let b = |d: Duration| (d.as_nanos() / BUCKET.as_nanos()) as usize;
+        let (lo, hi) = (b(from), b(to).min(self.arrivals.len()));
+        self.arrivals.get(lo..hi).map_or(0.0, |s| s.iter().sum())
+    }
+
+    /// Fills `r` from what was accumulated. `steady`: when the level began and its window.
+    #[allow(clippy::too_many_arguments)]
     pub fn finish(
         &self,
         r: &mut LevelReport,
@@ -175,15 +274,53 @@ impl Accum {
         peak: u32,
         cancelled: bool,
         stop: Option<String>,
+        steady: Option<(Instant, Steady)>,
     ) {
         let p = &cfg.percentiles;
         r.completed = self.completed;
         r.failed = self.failed;
+        r.sent = self.completed + self.failed;
+        r.error_rate = if r.sent > 0 {
+            self.failed as f64 / r.sent as f64
+        } else {
+            0.0
+        };
         r.failures_by_kind = self.failures.clone();
+        r.left_out = LeftOut {
+            failed: self.failed,
+            ramp_up: self.left_ramp_up,
+            drain: self.left_drain,
+        };
+        r.burst = r.request_rate.is_none()
+            && r.concurrency
+                .is_some_and(|c| r.sent < u64::from(BURST_FACTOR) * u64::from(c));
         let end = self.last_end.unwrap_or_else(Instant::now);
         r.duration_s = end.saturating_duration_since(start).as_secs_f64();
         r.input_tokens = self.input_tokens;
         r.output_tokens = self.output_tokens;
+        r.prompt_tokens_all += self.all_input_tokens;
+        let mut window_output = None;
+        if let Some((began, w)) = steady {
+            let from = began + w.ramp_up;
+            // The window ends at its length, or earlier where the last request was sent (a
+            // request count reached first): the drain after the last send never counts.
+            let last = self.last_intended.unwrap_or(from);
+            let to = match w.window {
+                Some(len) => (from + len).min(last),
+                None => last,
+            };
+            if to > from {
+                // The window is measured from the level's start, as the arrival buckets are.
+                let (a, b) = (
+                    from.saturating_duration_since(start),
+                    to.saturating_duration_since(start),
+                );
+                window_output = Some(self.arrived(a, b));
+                r.duration_s = (to - from).as_secs_f64();
+                r.window_s = Some(r.duration_s);
+            }
+            r.ramp_up_s = Some(w.ramp_up.as_secs_f64());
+        }
         let per_s = |x: u64| {
             if r.duration_s > 0.0 {
                 x as f64 / r.duration_s
@@ -191,13 +328,23 @@ impl Accum {
                 0.0
             }
         };
-        r.output_tokens_per_s = per_s(self.output_tokens);
-        r.total_tokens_per_s = per_s(self.input_tokens + self.output_tokens);
+        match window_output {
+            Some(out) => {
+                r.output_tokens_per_s = out / r.duration_s;
+                r.total_tokens_per_s = (out + self.input_tokens as f64) / r.duration_s;
+            }
+            None => {
+                r.output_tokens_per_s = per_s(self.output_tokens);
+                r.total_tokens_per_s = per_s(self.input_tokens + self.output_tokens);
+            }
+        }
         r.requests_per_s = per_s(self.completed);
         r.goodput_requests_per_s = per_s(self.good);
         r.peak_concurrency = peak;
         r.ttft_ms = self.ttft.stats(p);
+        r.ttft_answer_ms = self.ttft_answer.stats(p);
         r.itl_ms = self.itl.stats(p);
+        r.itl_chunk_ms = self.itl_chunk.stats(p);
         r.tpot_ms = self.tpot.stats(p);
         r.e2e_ms = self.e2e.stats(p);
         r.queue_ms = self.queue.stats(p);
@@ -217,6 +364,11 @@ impl Accum {
                     self.first_failure.as_deref().unwrap_or("?")
                 ))
             }
+            (0, None) if !cancelled && self.left_ramp_up > 0 => Some(format!(
+                "all {} requests were intended during the ramp-up, none inside the measurement \
+                 window: lengthen the level or shorten the ramp-up",
+                self.left_ramp_up
+            )),
             (0, None) if !cancelled => Some("no request was sent".into()),
             _ => None,
         };

@@ -6,6 +6,12 @@
 //! optionally capped). Latency counts from each request's intended send time, so queueing in the
 //! client or the server cannot hide (no coordinated omission); timestamps are taken as bytes
 //! arrive; token counts come from the server's `usage`.
+//!
+//! The protocol that keeps a figure from flattering a config: every request's prompt starts
+//! with a marker unique to the run, level and request (no engine cache serves a prompt by
+//! accident; see `dataset::mark`), failures are counted as a per-level error rate, a level can
+//! measure steady state only ([`Runner::with_window`]), and a level with fewer requests than
+//! [`BURST_FACTOR`] times its concurrency is marked a burst.
 
 mod arrivals;
 mod client;
@@ -23,6 +29,7 @@ mod tokenize;
 pub use arrivals::{schedule, schedule_for};
 pub use config::{Api, BenchConfig, Bound, DatasetSpec, Level, Slo};
 pub use error::{Failure, FailureKind, LoadgenError};
-pub use report::{BenchReport, LevelOutcome, LevelReport, Progress, RequestRecord};
+pub use level::BURST_FACTOR;
+pub use report::{BenchReport, LeftOut, LevelOutcome, LevelReport, Progress, RequestRecord};
 pub use runner::{Runner, Shaping};
 pub use stats::{Stats, percentile_key};

@@ -13,23 +13,52 @@ use crate::stats::Stats;
 pub struct LevelReport {
     pub concurrency: Option<u32>,
     pub request_rate: Option<f64>,
+    /// Measured requests that completed and failed (inside the window, when there is one).
     pub completed: u64,
     pub failed: u64,
+    /// `completed + failed`: the requests the level's figures speak for.
+    pub sent: u64,
+    /// `failed / sent` (0 when nothing was sent); by kind in `failures_by_kind`.
+    pub error_rate: f64,
     pub failures_by_kind: BTreeMap<String, u64>,
-    /// From the level's start (after warm-up) to the last completion.
+    /// Requests the latency figures leave out, and why.
+    pub left_out: LeftOut,
+    /// A closed-loop level with fewer measured requests than `BURST_FACTOR` times its
+    /// concurrency: its figures describe the first synchronized wave, not steady state.
+    pub burst: bool,
+    /// What throughput divides by: the measurement window when there is one, else from the
+    /// level's start (after warm-up) to the last completion.
     pub duration_s: f64,
+    /// The measurement window's length (steady-state measurement only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<f64>,
+    /// The ramp-up left out before the window (steady-state measurement only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_up_s: Option<f64>,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Prompt tokens of every completed request of the level, warm-up and left-out requests
+    /// included: what the engine's own counters saw (its prefix-cache figure is against this).
+    #[serde(default)]
+    pub prompt_tokens_all: u64,
     pub output_tokens_per_s: f64,
     pub total_tokens_per_s: f64,
     pub requests_per_s: f64,
     /// Completed requests per second that met every SLO (equal to `requests_per_s` without SLOs).
     pub goodput_requests_per_s: f64,
     pub peak_concurrency: u32,
-    /// From the intended send time to the first token.
+    /// From the intended send time to the first token, reasoning or answer.
     pub ttft_ms: Stats,
-    /// Per token: a chunk carrying k tokens after a gap g counts k gaps of g/k.
+    /// From the intended send time to the first answer token (`content`/`text`), after any
+    /// reasoning tokens (`reasoning_content`/`reasoning`); equal to `ttft_ms` without reasoning.
+    #[serde(default)]
+    pub ttft_answer_ms: Stats,
+    /// ITL per token: a chunk carrying k tokens after a gap g counts k gaps of g/k.
     pub itl_ms: Stats,
+    /// ITL per chunk: one gap per token-bearing SSE event, as vLLM's and SGLang's benchmarks
+    /// count it (a stall a reader of the stream sees shows here whole).
+    #[serde(default)]
+    pub itl_chunk_ms: Stats,
     /// Per request: (e2e − ttft) / (output tokens − 1).
     pub tpot_ms: Stats,
     /// From the intended send time to the end of the stream.
@@ -39,6 +68,17 @@ pub struct LevelReport {
     pub cancelled: bool,
     /// Why the level produced nothing (or stopped early), in words.
     pub error: Option<String>,
+}
+
+/// How many requests a level's latency figures leave out, by reason.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct LeftOut {
+    /// Failed requests (counted in `error_rate`, not in latencies).
+    pub failed: u64,
+    /// Intended before the measurement window (the ramp-up).
+    pub ramp_up: u64,
+    /// Intended after the measurement window (the drain).
+    pub drain: u64,
 }
 
 /// The `--output-json` document.

@@ -9,8 +9,10 @@ use memchr::memmem::Finder;
 pub(crate) struct Event {
     /// `data: [DONE]`.
     pub done: bool,
-    /// A choice carries non-empty `text`, `content` or `reasoning_content`.
+    /// A choice carries non-empty `text`, `content`, `reasoning_content` or `reasoning`.
     pub has_content: bool,
+    /// A choice carries non-empty answer text (`text` or `content`), not only reasoning.
+    pub answer: bool,
     /// `usage` as `(prompt_tokens, completion_tokens)` when present and not null.
     pub usage: Option<(u64, u64)>,
     /// A choice has a non-null `finish_reason`.
@@ -36,6 +38,8 @@ struct Keys {
     text: Finder<'static>,
     content: Finder<'static>,
     reasoning: Finder<'static>,
+    /// vLLM's newer name for `reasoning_content`.
+    reasoning_short: Finder<'static>,
     choices: Finder<'static>,
     finish: Finder<'static>,
     error: Finder<'static>,
@@ -52,6 +56,7 @@ impl Default for SseScanner {
                 text: Finder::new(b"\"text\":"),
                 content: Finder::new(b"\"content\":"),
                 reasoning: Finder::new(b"\"reasoning_content\":"),
+                reasoning_short: Finder::new(b"\"reasoning\":"),
                 choices: Finder::new(b"\"choices\":"),
                 finish: Finder::new(b"\"finish_reason\":"),
                 error: Finder::new(b"\"error\":"),
@@ -141,9 +146,11 @@ impl Keys {
             }
             Some(at) => {
                 let rest = &p[at..];
-                ev.has_content = non_empty_string_after(&self.content, rest)
-                    || non_empty_string_after(&self.text, rest)
-                    || non_empty_string_after(&self.reasoning, rest);
+                ev.answer = non_empty_string_after(&self.content, rest)
+                    || non_empty_string_after(&self.text, rest);
+                ev.has_content = ev.answer
+                    || non_empty_string_after(&self.reasoning, rest)
+                    || non_empty_string_after(&self.reasoning_short, rest);
                 ev.finished = self
                     .finish
                     .find(rest)
@@ -237,9 +244,19 @@ mod tests {
             data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"x\"}}]}\n\n"]);
         assert!(!e[0].has_content);
         assert!(!e[1].has_content && e[1].usage.is_none());
-        assert!(e[2].has_content);
+        assert!(e[2].has_content && e[2].answer);
         assert_eq!(e[2].usage, Some((3, 1)));
-        assert!(e[3].has_content);
+        assert!(e[3].has_content && !e[3].answer, "reasoning is no answer");
+    }
+
+    #[test]
+    fn short_reasoning_field_counts_as_a_token_but_not_an_answer() {
+        let e = events(&[
+            b"data: {\"choices\":[{\"delta\":{\"reasoning\":\"hm\"}}]}\n\n\
+            data: {\"choices\":[{\"delta\":{\"reasoning\":null,\"content\":\"ok\"}}]}\n\n",
+        ]);
+        assert!(e[0].has_content && !e[0].answer);
+        assert!(e[1].has_content && e[1].answer);
     }
 
     #[test]

@@ -55,6 +55,33 @@ pub fn level_block(model: &str, r: &LevelReport) -> String {
     for (k, n) in &r.failures_by_kind {
         line(&mut out, &format!("  {k}:"), n);
     }
+    line(
+        &mut out,
+        "Error rate (failed / sent):",
+        format!("{:.4}", r.error_rate),
+    );
+    if let Some(w) = r.window_s {
+        line(
+            &mut out,
+            "Measurement window (s):",
+            format!("{w:.2} after a {:.2} s ramp-up", r.ramp_up_s.unwrap_or(0.0)),
+        );
+        line(
+            &mut out,
+            "Left out (ramp-up / drain):",
+            format!("{} / {}", r.left_out.ramp_up, r.left_out.drain),
+        );
+    }
+    if r.burst {
+        line(
+            &mut out,
+            "Burst:",
+            format!(
+                "yes: fewer than {} x concurrency requests (the first wave, not steady state)",
+                crate::level::BURST_FACTOR
+            ),
+        );
+    }
     if r.cancelled {
         line(&mut out, "Cancelled:", "yes (partial results)");
     }
@@ -88,8 +115,14 @@ pub fn level_block(model: &str, r: &LevelReport) -> String {
     line(&mut out, "Peak concurrency:", r.peak_concurrency);
     section(&mut out, "Time to First Token");
     stats(&mut out, "TTFT", &r.ttft_ms);
-    section(&mut out, "Inter-Token Latency");
+    if r.ttft_answer_ms.count > 0 && r.ttft_answer_ms != r.ttft_ms {
+        section(&mut out, "Time to First Answer Token (after reasoning)");
+        stats(&mut out, "TTFAT", &r.ttft_answer_ms);
+    }
+    section(&mut out, "Inter-Token Latency (per token)");
     stats(&mut out, "ITL", &r.itl_ms);
+    section(&mut out, "Inter-Chunk Latency (per SSE event)");
+    stats(&mut out, "ITL/chunk", &r.itl_chunk_ms);
     section(&mut out, "Time per Output Token (excl. 1st token)");
     stats(&mut out, "TPOT", &r.tpot_ms);
     section(&mut out, "End-to-End Latency");
@@ -108,11 +141,12 @@ pub fn summary(levels: &[LevelReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>8} {:>9} {:>8} {:>7} {:>11} {:>9} {:>10} {:>10} {:>9} {:>9}",
+        "{:>8} {:>9} {:>8} {:>7} {:>7} {:>11} {:>9} {:>10} {:>10} {:>9} {:>9}",
         "conc",
         "rate/s",
         "ok",
         "failed",
+        "err %",
         "out tok/s",
         "req/s",
         "TTFT p50",
@@ -124,17 +158,19 @@ pub fn summary(levels: &[LevelReport]) -> String {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         let _ = writeln!(
             out,
-            "{:>8} {:>9} {:>8} {:>7} {:>11.1} {:>9.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2}",
+            "{:>8} {:>9} {:>8} {:>7} {:>7.2} {:>11.1} {:>9.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2}{}",
             opt(r.concurrency.map(|c| c.to_string())),
             opt(r.request_rate.map(|x| format!("{x}"))),
             r.completed,
             r.failed,
+            100.0 * r.error_rate,
             r.output_tokens_per_s,
             r.requests_per_s,
             r.ttft_ms.get("p50").unwrap_or(f64::NAN),
             r.ttft_ms.get("p99").unwrap_or(f64::NAN),
             r.itl_ms.get("p50").unwrap_or(f64::NAN),
             r.itl_ms.get("p99").unwrap_or(f64::NAN),
+            if r.burst { "  (burst)" } else { "" },
         );
     }
     out

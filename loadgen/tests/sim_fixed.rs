@@ -235,3 +235,59 @@ async fn a_stalled_server_shows_in_ttft_from_the_intended_send_time() {
     );
     assert!(r.queue_ms.max >= 300.0, "{:?}", r.queue_ms);
 }
+
+/// Steady state: with a ramp-up and a window, the requests intended during the ramp-up are
+/// left out (and counted as such), throughput is the tokens that arrived inside the window
+/// over its length (Little's law holds for it), and no figure includes the drain. A level
+/// with fewer requests than 4 x its concurrency is marked a burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_window_leaves_out_the_ramp_up_and_the_drain() {
+    let _serial = SERIAL.lock().await;
+    let sim = Sim::fixed(10.0, 10.0);
+    let cfg = config(&sim.url, 16, 16, vec![Level::closed(8)], 100_000);
+    let runner = Runner::new(cfg)
+        .await
+        .expect("runner")
+        .with_ramp_up(Duration::from_millis(400))
+        .with_window(Some(Duration::from_millis(1600)));
+    let r = runner
+        .run_level(0, &Level::closed(8), None, CancellationToken::new())
+        .await;
+    println!("{r:?}");
+    assert_eq!(r.failed, 0, "{r:?}");
+    assert!(
+        r.left_out.ramp_up >= 8,
+        "every stream's first request: {r:?}"
+    );
+    assert_eq!(r.left_out.drain, 0, "nothing is sent after the window");
+    assert_eq!(r.ramp_up_s, Some(0.4));
+    let w = r.window_s.expect("a window");
+    assert!((1.4..=1.6).contains(&w), "window {w}: {r:?}");
+    assert_eq!(r.duration_s, w, "throughput divides by the window");
+    assert_eq!(
+        r.ttft_ms.count, r.completed,
+        "latency covers the window's requests"
+    );
+    assert!(!r.burst, "{} requests at c=8", r.sent);
+    // Little's law: 8 streams each holding a request of mean e2e seconds, 16 tokens each.
+    let little = 8.0 * 16.0 / (r.e2e_ms.mean / 1e3);
+    let ratio = r.output_tokens_per_s / little;
+    assert!(
+        (0.85..=1.15).contains(&ratio),
+        "{} vs {little}",
+        r.output_tokens_per_s
+    );
+
+    // 16 requests over 8 streams: two waves, a burst; over 2 streams, not.
+    let cfg = config(&sim.url, 16, 4, vec![Level::closed(8)], 16);
+    let runner = Runner::new(cfg).await.expect("runner");
+    let burst = runner
+        .run_level(0, &Level::closed(8), None, CancellationToken::new())
+        .await;
+    assert!(burst.burst && burst.sent == 16, "{burst:?}");
+    let calm = runner
+        .run_level(1, &Level::closed(2), None, CancellationToken::new())
+        .await;
+    assert!(!calm.burst, "{calm:?}");
+    assert!(calm.window_s.is_none() && calm.left_out.ramp_up == 0);
+}

@@ -85,3 +85,44 @@ async fn final_only_usage_is_a_total_not_a_delta() {
         );
     }
 }
+
+fn delta(field: &str, text: &str, finish: &str, completion: u64) -> Vec<u8> {
+    chunk(&format!(
+        "data: {{\"choices\":[{{\"delta\":{{\"{field}\":\"{text}\"}},\"finish_reason\":{finish}}}],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{completion}}}}}\n\n"
+    ))
+}
+
+/// A model that streams reasoning first: `ttft_ms` is its first (reasoning) token,
+/// `ttft_answer_ms` the first answer token after it; ITL per token counts a 2-token chunk as
+/// two gaps, ITL per chunk as one.
+#[tokio::test]
+async fn reasoning_then_answer_gives_both_first_token_times_and_both_itls() {
+    let url = raw_server(vec![
+        sse_head(),
+        delta("reasoning_content", "hm", "null", 1),
+        delta("reasoning", "so", "null", 2),
+        delta("content", "ab", "null", 4),
+        delta("content", "c", "\"length\"", 5),
+        chunk("data: [DONE]\n\n"),
+        b"0\r\n\r\n".to_vec(),
+    ])
+    .await;
+    let out = run(&url).await;
+    let r = &out.report;
+    assert_eq!(
+        (r.completed, r.failed, r.output_tokens),
+        (2, 0, 10),
+        "{r:?}"
+    );
+    assert_eq!(r.ttft_answer_ms.count, 2);
+    // Two more events (2 ms apart on the wire) come before the answer.
+    assert!(
+        r.ttft_answer_ms.mean > r.ttft_ms.mean + 2.0,
+        "answer {} vs first token {}",
+        r.ttft_answer_ms.mean,
+        r.ttft_ms.mean
+    );
+    assert_eq!(r.itl_ms.count, 2 * 4, "5 tokens: 4 per-token gaps");
+    assert_eq!(r.itl_chunk_ms.count, 2 * 3, "4 events: 3 per-chunk gaps");
+    assert!(r.itl_chunk_ms.max >= r.itl_ms.max);
+}

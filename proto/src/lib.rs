@@ -22,6 +22,11 @@ pub mod controller {
 pub use agent::v1 as agentpb;
 pub use controller::v1 as controllerpb;
 
+/// A closed-loop level with fewer measured requests than this many times its concurrency is a
+/// burst (`LevelResult.burst`): its figures describe the first synchronized wave. The load
+/// generator marks levels with it; the tuner never cuts a rung below it.
+pub const BURST_FACTOR: u32 = 4;
+
 /// Milliseconds since the Unix epoch, the timestamp every message carries.
 pub fn now_unix_ms() -> i64 {
     std::time::SystemTime::now()

@@ -120,7 +120,14 @@ impl Engine {
     }
 
     /// The step loop; runs until the process ends (or forever idle once hung).
-    pub async fn run(self: Arc<Self>, timer: Arc<Timer>, seed: u64, jitter: f64) {
+    /// `context_ms_per_1k`: what a decode step costs more per 1,000 tokens in the KV cache.
+    pub async fn run(
+        self: Arc<Self>,
+        timer: Arc<Timer>,
+        seed: u64,
+        jitter: f64,
+        context_ms_per_1k: f64,
+    ) {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_f1ee_7be0);
         let mut normal = move || {
             // Box-Muller: two uniforms to one standard normal.
@@ -151,7 +158,15 @@ impl Engine {
                 faults::crash_batch(batch, self.params.backend.as_str());
             }
             let factor = drift * (1.0 + jitter * normal()).max(0.5);
-            let dur = Duration::from_secs_f64(step.ms * scale * factor / 1e3);
+            // Attention over the context: a decode step reads every cached token.
+            let context = match step.kind {
+                StepKind::Decode { .. } if context_ms_per_1k > 0.0 => {
+                    let kv = self.state.lock().expect("engine lock").sched.kv_used();
+                    context_ms_per_1k * kv as f64 / 1e3
+                }
+                _ => 0.0,
+            };
+            let dur = Duration::from_secs_f64((step.ms + context) * scale * factor / 1e3);
             let now = Instant::now();
             let start = match clock {
                 Some(c) if now.saturating_duration_since(c) < MAX_LAG => c,

@@ -15,6 +15,8 @@ pub mod faults;
 pub mod logs;
 pub mod metrics;
 pub mod model;
+pub mod prefix;
+pub mod reqfaults;
 pub mod sched;
 pub mod server;
 pub mod sse;

@@ -127,25 +127,14 @@ async fn run(args: SimArgs) -> ExitCode {
         StartupOutcome::Ready => {}
     }
     if let Some(engine) = engine {
-        // The timing noise of each start is its own, as a real engine's is: two repeats of a
-        // config (two starts with the same flags, `--seed` included) must not share one drift,
-        // or their spread says nothing about run-to-run noise. `--seed` still fixes outputs.
-        let noise_seed = args.seed ^ start_nonce();
-        tokio::spawn(engine.run(timer, noise_seed, args.jitter));
+        tokio::spawn(engine.run(
+            timer,
+            state.noise_seed,
+            args.jitter,
+            args.decode_ms_per_1k_context,
+        ));
     }
     state.ready.store(true, Relaxed);
     std::future::pending::<ExitCode>().await
 }
 
-/// A number that differs between two starts of the simulator: its process id and the clock.
-fn start_nonce() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let x = nanos ^ (u64::from(std::process::id()) << 32);
-    // splitmix64: nearby inputs give unrelated seeds.
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}

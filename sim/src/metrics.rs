@@ -75,6 +75,8 @@ pub struct Metrics {
     pub max_total_num_tokens: u64,
     pub cuda_graph: AtomicU64,
     pub prompt_tokens: AtomicU64,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
     pub requests: AtomicU64,
     pub aborted: AtomicU64,
@@ -95,6 +97,7 @@ impl Metrics {
             max_total_num_tokens,
             cuda_graph: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             aborted: AtomicU64::new(0),
@@ -158,7 +161,12 @@ impl Metrics {
                 "Whether the batch is using CUDA graph.",
                 self.cuda_graph.load(Relaxed) as f64,
             ),
-            ("sglang:cache_hit_rate", "The prefix cache hit rate.", 0.0),
+            (
+                "sglang:cache_hit_rate",
+                "The prefix cache hit rate.",
+                self.cached_tokens.load(Relaxed) as f64
+                    / self.prompt_tokens.load(Relaxed).max(1) as f64,
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(
@@ -166,7 +174,12 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}"
             );
         }
-        let counters: [(&str, &str, u64); 4] = [
+        let counters: [(&str, &str, u64); 5] = [
+            (
+                "sglang:cached_tokens_total",
+                "Number of cached prompt tokens.",
+                self.cached_tokens.load(Relaxed),
+            ),
             (
                 "sglang:prompt_tokens_total",
                 "Number of prefill tokens processed.",

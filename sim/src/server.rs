@@ -50,6 +50,11 @@ pub struct AppState {
     /// Sub-millisecond deadlines for fixed-latency streams.
     pub timer: Arc<Timer>,
     nan_logged: AtomicBool,
+    /// The prefix cache; `None` with `--disable-radix-cache`.
+    pub prefix: Option<std::sync::Mutex<crate::prefix::PrefixCache>>,
+    /// Draws which requests `--fail-rate` fails (and the step noise): per process unless
+    /// `--noise-seed` pins it.
+    pub noise_seed: u64,
 }
 
 impl AppState {
@@ -66,6 +71,9 @@ impl AppState {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
+        let args_disable_radix = args.disable_radix_cache;
+        let kv_capacity = params.max_total_num_tokens;
+        let noise_seed = noise_seed(&args);
         Arc::new(AppState {
             model_json: serde_json::to_string(args.served_model_name()).unwrap_or_default(),
             server_info: Bytes::from(server_info.to_string()),
@@ -82,8 +90,23 @@ impl AppState {
             created,
             timer,
             nan_logged: AtomicBool::new(false),
+            prefix: (!args_disable_radix)
+                .then(|| std::sync::Mutex::new(crate::prefix::PrefixCache::new(kv_capacity))),
+            noise_seed,
         })
     }
+}
+
+/// The seed of the step noise and of `--fail-rate`: `--noise-seed`, else drawn per process
+/// (the examples pin `--seed`, and repeats of a config must not share one drift).
+pub fn noise_seed(args: &SimArgs) -> u64 {
+    args.noise_seed.unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        splitmix(args.seed ^ nanos ^ (u64::from(std::process::id()) << 32))
+    })
 }
 
 /// Accepts connections forever.
@@ -169,6 +192,16 @@ async fn handle(
                     "served_model_name": state.args.served_model_name(), "is_generation": true}),
         ),
         (&Method::POST, "/tokenize" | "/v1/tokenize") => tokenize(req).await,
+        (&Method::POST, "/flush_cache") => {
+            if let Some(c) = &state.prefix {
+                c.lock().expect("prefix cache lock").flush();
+            }
+            respond(
+                StatusCode::OK,
+                "text/plain",
+                "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n",
+            )
+        }
         (&Method::POST, "/v1/completions") => {
             generate(state.clone(), req, Api::Completions, arrival).await
         }
@@ -350,6 +383,13 @@ async fn generate(
         Ok(g) => g,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("invalid request: {e}")),
     };
+    let text = match api {
+        Api::Completions => g
+            .prompt
+            .as_ref()
+            .and_then(|p| p.as_str().map(str::to_string)),
+        Api::Chat => g.messages.as_ref().and_then(messages_text),
+    };
     let prompt = match api {
         Api::Completions => match g.prompt.as_ref().and_then(prompt_tokens) {
             Some(n) => n,
@@ -380,6 +420,18 @@ async fn generate(
         .unwrap_or(default_max)
         .max(1);
     let req_no = state.requests.fetch_add(1, Relaxed) + 1;
+    if let Some(r) = crate::reqfaults::check(&state.args, state.noise_seed, req_no, prompt) {
+        let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return error(status, &r.message);
+    }
+    let cached = match (&state.prefix, &text) {
+        (Some(c), Some(t)) => c
+            .lock()
+            .expect("prefix cache lock")
+            .lookup_insert(t)
+            .min(prompt.saturating_sub(1)),
+        _ => 0,
+    };
     if let Some(limit) = state.args.faults.hang_after_requests
         && req_no > limit
     {
@@ -417,6 +469,7 @@ async fn generate(
     let m = &state.metrics;
     m.requests.fetch_add(1, Relaxed);
     m.prompt_tokens.fetch_add(u64::from(prompt), Relaxed);
+    m.cached_tokens.fetch_add(u64::from(cached), Relaxed);
     let core = StreamCore::new(state.clone(), renderer, arrival, n, finish, g.stream);
     let body = if let Some((ttft, itl)) = state.fixed {
         let batch = state.active.fetch_add(1, Relaxed) + 1;
@@ -428,7 +481,8 @@ async fn generate(
         SimBody::Fixed(Box::new(FixedStream::new(core, ttft, itl)))
     } else {
         let engine = state.engine.as_ref().expect("model mode has an engine");
-        match engine.submit(prompt, n, arrival) {
+        // Cached prompt tokens are not prefilled again.
+        match engine.submit(prompt - cached, n, arrival) {
             Ok(slot) => SimBody::Model(Box::new(ModelStream { core, slot })),
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
         }

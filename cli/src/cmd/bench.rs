@@ -81,6 +81,16 @@ pub struct Args {
     /// instant; e.g. one inter-token gap, 20ms.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub ramp_up: Option<Duration>,
+    /// Measure steady state only: requests intended in this window after the ramp-up count,
+    /// throughput counts the tokens that arrived in it; the ramp-up and the drain after the
+    /// last send are left out (and counted in `left_out`). With --duration the level runs for
+    /// the ramp-up plus the window.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub window: Option<Duration>,
+    /// Leave the ramp-up and the drain out of the figures even without --window (the window
+    /// then runs from the ramp-up's end to the last send).
+    #[arg(long)]
+    pub steady: bool,
     #[arg(long, value_enum, default_value = "random")]
     pub dataset: DatasetKind,
     /// File of the sharegpt, jsonl or trace dataset.
@@ -101,7 +111,7 @@ pub struct Args {
     pub prompts_per_group: u32,
     #[arg(long, default_value_t = 512)]
     pub prefix_len: u32,
-    /// SLOs for goodput, e.g. ttft_ms=500,itl_ms=50,e2e_ms=10000.
+    /// SLOs for goodput, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=10000.
     #[arg(long)]
     pub slo: Option<Slo>,
     #[arg(long, value_delimiter = ',', default_value = "50,90,99,99.9")]
@@ -276,6 +286,11 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
         .await
         .context("cannot start the benchmark")?
         .with_ramp_up(a.ramp_up.unwrap_or_default());
+    let runner = if a.steady || a.window.is_some() {
+        runner.with_window(a.window)
+    } else {
+        runner
+    };
     let shaping = runner.shaping();
     eprintln!(
         "model {}; prompt lengths from {}{}",

@@ -55,6 +55,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     } else {
         crate::report::print_compare(&compare);
+        for n in crate::report::protocol::notes(&results) {
+            println!("note: {n}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

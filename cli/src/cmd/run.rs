@@ -199,6 +199,9 @@ async fn finish(client: &mut Client, job: &Job, dir: &Path) -> anyhow::Result<()
         .context("Compare")?
         .into_inner();
     crate::report::print_compare(&compare);
+    for n in crate::report::protocol::notes(&results) {
+        println!("note: {n}");
+    }
     let files = crate::report::write_all(dir, &results, &compare)
         .with_context(|| format!("writing the report to {}", dir.display()))?;
     for f in files {

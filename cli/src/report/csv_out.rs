@@ -9,10 +9,75 @@ use fleetbench_proto::controllerpb::GetResultsResponse;
 
 use super::{crash_class_name, crash_line, outcome_name};
 
-const DISTS: [&str; 5] = ["ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"];
+const DISTS: [&str; 7] = [
+    "ttft_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "queue_ms",
+    "ttft_answer_ms",
+    "itl_chunk_ms",
+];
 
-fn dists(r: &LevelResult) -> [&Option<Distribution>; 5] {
-    [&r.ttft_ms, &r.itl_ms, &r.tpot_ms, &r.e2e_ms, &r.queue_ms]
+fn dists(r: &LevelResult) -> [&Option<Distribution>; 7] {
+    [
+        &r.ttft_ms,
+        &r.itl_ms,
+        &r.tpot_ms,
+        &r.e2e_ms,
+        &r.queue_ms,
+        &r.ttft_answer_ms,
+        &r.itl_chunk_ms,
+    ]
+}
+
+/// The protocol's columns: what the level's figures speak for and leave out, and its cache.
+const PROTOCOL: [&str; 14] = [
+    "sent",
+    "error_rate",
+    "failures_by_kind",
+    "left_out_failed",
+    "left_out_ramp_up",
+    "left_out_drain",
+    "burst",
+    "window_s",
+    "ramp_up_s",
+    "prefix_cache_hit_rate",
+    "prefix_cache_source",
+    "prompt_tokens_sent",
+    "prompt_tokens_engine",
+    "cache_reset",
+];
+
+fn protocol(r: &LevelResult) -> Vec<String> {
+    let opt = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+    let left = r.left_out.unwrap_or_default();
+    let cache = r.prefix_cache.clone().unwrap_or_default();
+    let kinds: Vec<String> = r
+        .failures_by_kind
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    vec![
+        r.sent.to_string(),
+        r.error_rate.to_string(),
+        kinds.join(";"),
+        left.failed.to_string(),
+        left.ramp_up.to_string(),
+        left.drain.to_string(),
+        r.burst.to_string(),
+        opt(r.window_s),
+        opt(r.ramp_up_s),
+        opt(cache.hit_rate),
+        cache.source,
+        if r.prefix_cache.is_some() {
+            cache.prompt_tokens_sent.to_string()
+        } else {
+            String::new()
+        },
+        opt(cache.prompt_tokens_engine),
+        cache.reset,
+    ]
 }
 
 pub(crate) fn write_csv(path: &Path, results: &GetResultsResponse) -> anyhow::Result<()> {
@@ -58,6 +123,7 @@ pub(crate) fn write_csv(path: &Path, results: &GetResultsResponse) -> anyhow::Re
     .iter()
     .map(|s| s.to_string())
     .collect();
+    header.extend(PROTOCOL.map(String::from));
     for d in DISTS {
         for stat in ["mean", "min", "max"] {
             header.push(format!("{d}_{stat}"));
@@ -103,6 +169,7 @@ pub(crate) fn write_csv(path: &Path, results: &GetResultsResponse) -> anyhow::Re
             r.peak_concurrency.to_string(),
             opt(l.gpu_power_w.map(|w| w.to_string())),
         ];
+        row.extend(protocol(r));
         for d in dists(r) {
             match d {
                 Some(d) => {

@@ -54,6 +54,14 @@ pub(crate) fn render(results: &GetResultsResponse, compare: &CompareResponse) ->
     header(&mut h, results, compare);
     comparison(&mut h, compare, &colors);
     sweeps(&mut h, compare, &colors);
+    let errors = super::protocol::error_rate_charts(results, &colors);
+    if !errors.is_empty() {
+        h.push_str("<h2>Error rate</h2>\n<p class=\"meta\">Failed over sent requests per level (mean over repeats); latency figures leave failed requests out.</p>\n<div class=\"charts\">\n");
+        for c in &errors {
+            chart_html(&mut h, c);
+        }
+        h.push_str("</div>\n");
+    }
     telemetry(&mut h, results, &colors);
     crashes(&mut h, compare);
     configs(&mut h, results, &colors);
@@ -99,6 +107,14 @@ fn header(h: &mut String, results: &GetResultsResponse, compare: &CompareRespons
         compare.crossovers.len(),
         compare.crashes.len()
     );
+    let notes = super::protocol::notes(results);
+    if !notes.is_empty() {
+        h.push_str("<h2>Measurement notes</h2>\n<ul>\n");
+        for n in notes {
+            let _ = writeln!(h, "<li class=\"note\">{}</li>", esc(&n));
+        }
+        h.push_str("</ul>\n");
+    }
 }
 
 fn workloads(compare: &CompareResponse) -> Vec<(&str, Vec<&CompareGroup>)> {

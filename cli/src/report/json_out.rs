@@ -18,6 +18,7 @@ pub(crate) fn results_json(results: &GetResultsResponse, compare: &CompareRespon
         "levels": results.levels.iter().map(stored_level).collect::<Vec<_>>(),
         "telemetry": results.telemetry.iter().map(telemetry).collect::<Vec<_>>(),
         "compare": compare_json(compare),
+        "notes": super::protocol::notes(results),
     })
 }
 
@@ -113,6 +114,18 @@ fn level_result(r: &LevelResult) -> Value {
         "e2e_ms": dist(&r.e2e_ms), "queue_ms": dist(&r.queue_ms),
         "error": r.error,
         "started_unix_ms": r.started_unix_ms, "finished_unix_ms": r.finished_unix_ms,
+        "sent": r.sent, "error_rate": r.error_rate,
+        "left_out": r.left_out.map(|l| json!({
+            "failed": l.failed, "ramp_up": l.ramp_up, "drain": l.drain,
+        })),
+        "burst": r.burst, "window_s": r.window_s, "ramp_up_s": r.ramp_up_s,
+        "ttft_answer_ms": dist(&r.ttft_answer_ms), "itl_chunk_ms": dist(&r.itl_chunk_ms),
+        "prefix_cache": r.prefix_cache.as_ref().map(|c| json!({
+            "source": c.source, "hit_rate": c.hit_rate,
+            "prompt_tokens_sent": c.prompt_tokens_sent,
+            "prompt_tokens_engine": c.prompt_tokens_engine,
+            "reset": c.reset, "note": c.note,
+        })),
     })
 }
 

@@ -16,6 +16,7 @@ pub mod diff;
 mod html;
 mod json_out;
 mod plots;
+pub mod protocol;
 pub mod table;
 
 pub use json_out::compare_json;

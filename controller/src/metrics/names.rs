@@ -56,6 +56,8 @@ pub mod attr {
     pub const QUANTILE: &str = "fleetbench.quantile";
     /// `ok`, `failed`, `crashed` for levels; `ok`, `failed` for requests.
     pub const OUTCOME: &str = "fleetbench.outcome";
+    /// A failed request's kind (`http_500`, `timeout`, ...), as OpenTelemetry names it.
+    pub const ERROR_TYPE: &str = "error.type";
     pub const CRASH_CLASS: &str = "fleetbench.crash.class";
     pub const GPU_INDEX: &str = "fleetbench.gpu.index";
     pub const SUITE: &str = "fleetbench.suite";
@@ -184,6 +186,26 @@ pub const LEVEL_ERRORS: MetricDesc = gauge(
     "fleetbench.level.errors",
     "{request}",
     "Failed requests of a level.",
+);
+pub const LEVEL_ERROR_RATE: MetricDesc = gauge(
+    "fleetbench.level.error_rate",
+    "1",
+    "Failed over sent requests of a level, by error.type (all kinds: error.type=\"all\").",
+);
+pub const LEVEL_ITL_CHUNK: MetricDesc = gauge(
+    "fleetbench.level.inter_chunk_latency",
+    "s",
+    "Inter-token latency per chunk (one gap per SSE event) of a level, by fleetbench.quantile.",
+);
+pub const LEVEL_PREFIX_CACHE_HIT_RATE: MetricDesc = gauge(
+    "fleetbench.level.prefix_cache.hit_rate",
+    "1",
+    "Fraction of a level's prompt tokens the engine served from its prefix cache (its own metrics).",
+);
+pub const LEVEL_BURST: MetricDesc = gauge(
+    "fleetbench.level.burst",
+    "",
+    "1 when a closed-loop level had fewer than 4 x concurrency measured requests, else 0.",
 );
 pub const LEVEL_CRASHED: MetricDesc = gauge(
     "fleetbench.level.crashed",
@@ -329,6 +351,10 @@ pub const ALL: &[&MetricDesc] = &[
     &LEVEL_TPOT,
     &LEVEL_E2E,
     &LEVEL_ERRORS,
+    &LEVEL_ERROR_RATE,
+    &LEVEL_ITL_CHUNK,
+    &LEVEL_PREFIX_CACHE_HIT_RATE,
+    &LEVEL_BURST,
     &LEVEL_CRASHED,
     &CLIENT_DURATION,
     &CLIENT_TTFC,

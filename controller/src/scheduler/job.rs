@@ -64,6 +64,14 @@ type TrialResult = (TrialRow, String, TrialOutcome);
 struct Queue {
     trials: VecDeque<TrialRow>,
     lost: HashMap<String, BTreeSet<String>>,
+    /// `order = "blocked"`: the host each (workload, repeat) block runs on, once its first
+    /// trial has started.
+    pins: HashMap<(u32, u32), String>,
+    blocked: bool,
+}
+
+fn block(t: &TrialRow) -> (u32, u32) {
+    (t.workload_index, t.repeat)
 }
 
 /// The first waiting trial (in order) that a free host can take, with that host held. A trial
@@ -77,6 +85,32 @@ fn placeable(
     let matches = |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
     let snapshots = ctx.inventory.snapshots();
     for (i, t) in queue.trials.iter().enumerate() {
+        if queue.blocked {
+            // A block runs in its recorded order, one trial after another, on its host; a new
+            // block starts only on a host that no unfinished block holds.
+            let b = block(t);
+            if queue.trials.iter().take(i).any(|u| block(u) == b) {
+                continue;
+            }
+            let pinned = queue.pins.get(&b);
+            let held: BTreeSet<&String> = queue
+                .pins
+                .iter()
+                .filter(|(k, _)| **k != b && queue.trials.iter().any(|u| block(u) == **k))
+                .map(|(_, h)| h)
+                .collect();
+            let fits = |h: &HostSnapshot| {
+                matches(h)
+                    && match pinned {
+                        Some(p) => &h.name == p,
+                        None => !held.contains(&h.name),
+                    }
+            };
+            if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
+                return Some((i, lease));
+            }
+            continue;
+        }
         let lost = queue.lost.get(&t.id);
         let only_lost_hosts_match = lost.is_some_and(|lost| {
             snapshots
@@ -144,7 +178,21 @@ async fn drive(
             .filter(|t| !t.is_finished())
             .collect(),
         lost: HashMap::new(),
+        pins: HashMap::new(),
+        blocked: spec.order.is_blocked(),
     };
+    if queue.blocked && !resumed {
+        let seed = spec.order_seed(job_id);
+        message(
+            ctx,
+            job_id,
+            format!(
+                "trial order: blocked by host, each block's configs shuffled with seed {seed} \
+                 (order_seed = {seed} reproduces it)"
+            ),
+        )
+        .await?;
+    }
     let mut running: JoinSet<TrialResult> = JoinSet::new();
     let mut used_hosts = BTreeSet::new();
     let mut waiting_since: Option<Instant> = None;
@@ -156,6 +204,9 @@ async fn drive(
         if !stop {
             while let Some((i, lease)) = placeable(ctx, &spec, job_id, &queue) {
                 let mut t = queue.trials.remove(i).expect("index from placeable");
+                if queue.blocked {
+                    queue.pins.insert(block(&t), lease.host.clone());
+                }
                 t.attempts = ctx.store.next_attempt(&t.id).await?;
                 used_hosts.insert(lease.host.clone());
                 let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), cancel.child_token());
@@ -276,6 +327,8 @@ async fn settle(
                 )));
             }
             message(ctx, job_id, format!("{text}; retrying on another host")).await?;
+            // Its block moves with it (the notes of the results then name both hosts).
+            queue.pins.remove(&block(&t));
             queue
                 .lost
                 .entry(t.id.clone())

@@ -262,7 +262,7 @@ fn plan(job_id: &str, s: &spec::JobSpec) -> (Vec<ConfigInfo>, Vec<TrialRow>) {
         .collect();
     let level_count = s.level_count() as u32;
     let trials = s
-        .expand_trials()
+        .expand_trials_seeded(s.order_seed(job_id))
         .into_iter()
         .enumerate()
         .map(|(pos, t)| TrialRow {

@@ -48,6 +48,21 @@ pub enum Order {
     Interleaved,
     /// All repeats of a config before the next config: fewer engine restarts.
     Sequential,
+    /// Blocking by host: the configs of one (repeat, workload) block run one after another on
+    /// the same host, in an order shuffled per block (`order_seed`, else a seed derived from
+    /// the job id, recorded in the job's events); blocks run in parallel on the hosts there
+    /// are. A difference between configs is then never a difference between hosts.
+    Blocked {
+        /// `order_seed = N`: reproduces a recorded order.
+        seed: Option<u64>,
+    },
+}
+
+impl Order {
+    /// Whether trials of one block must stay on one host.
+    pub fn is_blocked(self) -> bool {
+        matches!(self, Order::Blocked { .. })
+    }
 }
 
 /// Which hosts a job may run on. Empty fields match everything.
@@ -137,6 +152,16 @@ pub struct LoadSpec {
     /// Percentiles reported, 0..100; always includes 50 and 99 (the comparison uses them).
     pub percentiles: Vec<f64>,
     pub slo: Slo,
+    /// Closed-loop streams start one after another over this span (`ramp_up = "10s"`); with
+    /// `steady`, requests intended inside it are left out of the level's figures.
+    pub ramp_up: Duration,
+    /// The measurement window after the ramp-up (`window = "60s"`); `None`: until the last
+    /// request is sent.
+    pub window: Option<Duration>,
+    /// Leave out the ramp-up and the drain (set by `ramp_up` or `window`).
+    pub steady: bool,
+    /// Empty the engine's prefix cache before every level (`reset_cache = true`).
+    pub reset_cache: bool,
 }
 
 /// The swept load axis.
@@ -160,13 +185,18 @@ pub enum Bound {
     Duration(Duration),
 }
 
-/// Latency objectives; a request meeting all of them counts toward goodput. And the highest
-/// error rate a config may have and still win a level or a search.
+/// Latency objectives and the highest error rate a config may have. `ttft_ms`, `tpot_ms` and
+/// `e2e_ms` are per request: a request meeting all of them counts toward goodput. `itl_ms` is the
+/// level's p99 of per-token ITL (spec key `itl_p99_ms`), which tuning judges a level by.
+/// `max_error_rate` decides whether a config may win a level or be feasible in a search.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slo {
     pub ttft_ms: Option<f64>,
+    /// The level's p99 per-token ITL limit (spec key `itl_p99_ms`).
     pub itl_ms: Option<f64>,
     pub e2e_ms: Option<f64>,
+    /// A request's own time per output token, `(e2e − ttft) / (tokens − 1)`.
+    pub tpot_ms: Option<f64>,
     /// failed / (completed + failed), summed over a config's repeats at a level
     /// (`[load] slo.max_error_rate`, 0 to 1).
     pub max_error_rate: f64,
@@ -181,6 +211,7 @@ impl Default for Slo {
             ttft_ms: None,
             itl_ms: None,
             e2e_ms: None,
+            tpot_ms: None,
             max_error_rate: DEFAULT_MAX_ERROR_RATE,
         }
     }

@@ -1,6 +1,7 @@
 //! The top of a spec: job fields, `[hosts]`, `[load]`, and the tables later work adds.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use toml::de::DeTable;
 
@@ -14,6 +15,7 @@ const TOP_KEYS: &[&str] = &[
     "description",
     "repeats",
     "order",
+    "order_seed",
     "hosts",
     "configs",
     "workloads",
@@ -125,17 +127,45 @@ fn reserved(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) {
 
 fn order(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Order> {
     let Some(v) = root.get("order") else {
+        if root.has("order_seed") {
+            let msg = "only applies to order = \"blocked\" (the other orders are not shuffled)";
+            ctx.error(Some(&root.key_span("order_seed")), "order_seed", msg);
+            return None;
+        }
         return Some(Order::default());
     };
-    match as_string(ctx, "order", v)?.as_str() {
-        "interleaved" => Some(Order::Interleaved),
-        "sequential" => Some(Order::Sequential),
-        other => {
-            let msg = format!("expected \"interleaved\" or \"sequential\", got {other:?}");
-            ctx.error(Some(&v.span()), "order", msg);
-            None
+    let seed = match root.get("order_seed") {
+        Some(sv) => {
+            let n = as_f64(ctx, "order_seed", sv)?;
+            if !(n >= 0.0 && n.fract() == 0.0 && n < 9.0e15) {
+                ctx.error(
+                    Some(&sv.span()),
+                    "order_seed",
+                    format!("expected a non-negative integer, got {n}"),
+                );
+                return None;
+            }
+            Some(n as u64)
         }
+        None => None,
+    };
+    let order = match as_string(ctx, "order", v)?.as_str() {
+        "interleaved" => Order::Interleaved,
+        "sequential" => Order::Sequential,
+        "blocked" => Order::Blocked { seed },
+        other => {
+            let msg =
+                format!("expected \"interleaved\", \"sequential\" or \"blocked\", got {other:?}");
+            ctx.error(Some(&v.span()), "order", msg);
+            return None;
+        }
+    };
+    if seed.is_some() && !order.is_blocked() {
+        let msg = "only applies to order = \"blocked\" (the other orders are not shuffled)";
+        ctx.error(Some(&root.key_span("order_seed")), "order_seed", msg);
+        return None;
     }
+    Some(order)
 }
 
 fn hosts(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<HostSelector> {
@@ -200,6 +230,9 @@ const LOAD_KEYS: &[&str] = &[
     "duration",
     "percentiles",
     "slo",
+    "ramp_up",
+    "window",
+    "reset_cache",
 ];
 
 fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
@@ -216,13 +249,49 @@ fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
         Some(_) => t.table(ctx, "slo").and_then(|s| slo(ctx, &s)),
         None => Some(Slo::default()),
     };
+    let ramp_up = match t.get("ramp_up") {
+        Some(_) => duration(ctx, t, "ramp_up", true),
+        None => Some(Duration::ZERO),
+    };
+    let window = match t.get("window") {
+        Some(_) => duration(ctx, t, "window", false).map(Some),
+        None => Some(None),
+    };
+    let reset_cache = match t.get("reset_cache") {
+        Some(_) => t.bool(ctx, "reset_cache"),
+        None => Some(false),
+    };
+    let (ramp_up, window) = (ramp_up?, window?);
     Some(LoadSpec {
         levels: levels?,
         warmup: warmup?,
         bound: bound?,
         percentiles: percentiles?,
         slo: slo?,
+        steady: t.has("ramp_up") || window.is_some(),
+        ramp_up,
+        window,
+        reset_cache: reset_cache?,
     })
+}
+
+/// A duration field such as `"30s"`; `zero_ok`: whether `"0s"` is allowed.
+fn duration(ctx: &mut Ctx, t: &Table<'_, '_>, key: &str, zero_ok: bool) -> Option<Duration> {
+    let v = t.get(key)?;
+    let field = t.field(key);
+    let text = as_string(ctx, &field, v)?;
+    match humantime::parse_duration(&text) {
+        Ok(d) if zero_ok || !d.is_zero() => Some(d),
+        Ok(_) => {
+            ctx.error(Some(&v.span()), &field, "must be longer than 0s");
+            None
+        }
+        Err(e) => {
+            let msg = format!("expected a duration such as \"30s\" or \"2m\", got {text:?} ({e})");
+            ctx.error(Some(&v.span()), &field, msg);
+            None
+        }
+    }
 }
 
 fn levels(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Levels> {
@@ -372,13 +441,22 @@ fn percentiles(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Vec<f64>> {
 }
 
 fn slo(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Slo> {
-    t.check_keys(ctx, &["ttft_ms", "itl_ms", "e2e_ms", "max_error_rate"]);
+    if t.has("itl_ms") {
+        // It meant a request's TPOT in goodput and the p99 of per-token ITL in tuning.
+        let msg = "itl_ms is no longer accepted: it meant two different figures. Write \
+                   tpot_ms (each request's time per output token, for goodput) and/or \
+                   itl_p99_ms (the level's p99 of per-token inter-token latency, for tuning)";
+        ctx.error(Some(&t.key_span("itl_ms")), &t.field("itl_ms"), msg);
+        return None;
+    }
+    t.check_keys(ctx, &["ttft_ms", "tpot_ms", "itl_p99_ms", "e2e_ms", "max_error_rate"]);
     let mut get = |key: &str| match t.get(key) {
         Some(_) => t.positive_f64(ctx, key).map(Some),
         None => Some(None),
     };
     let ttft_ms = get("ttft_ms");
-    let itl_ms = get("itl_ms");
+    let tpot_ms = get("tpot_ms");
+    let itl_ms = get("itl_p99_ms");
     let e2e_ms = get("e2e_ms");
     let max_error_rate = match t.get("max_error_rate") {
         None => Some(super::DEFAULT_MAX_ERROR_RATE),
@@ -399,6 +477,7 @@ fn slo(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Slo> {
         ttft_ms: ttft_ms?,
         itl_ms: itl_ms?,
         e2e_ms: e2e_ms?,
+        tpot_ms: tpot_ms?,
         max_error_rate: max_error_rate?,
     })
 }

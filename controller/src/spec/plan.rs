@@ -20,10 +20,46 @@ impl JobSpec {
     /// Every trial in the order it should start. Interleaved: `for repeat { for workload {
     /// for config } }`, so every config is measured once before any is measured twice.
     /// Sequential: `for config { for workload { for repeat } }`.
+    /// Blocked: as interleaved, each block's configs shuffled with `seed` (see
+    /// [`JobSpec::order_seed`]).
     pub fn expand_trials(&self) -> Vec<TrialPlan> {
+        self.expand_trials_seeded(0)
+    }
+
+    /// The seed a blocked order is shuffled with: `order_seed`, else one derived from the job
+    /// id (stable for the job, different between jobs).
+    pub fn order_seed(&self, job_id: &str) -> u64 {
+        match self.order {
+            Order::Blocked { seed: Some(s) } => s,
+            _ => job_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            }),
+        }
+    }
+
+    /// [`JobSpec::expand_trials`] with the seed of a blocked order.
+    pub fn expand_trials_seeded(&self, seed: u64) -> Vec<TrialPlan> {
         let (nc, nw, nr) = (self.configs.len(), self.workloads.len(), self.repeats);
         let mut out = Vec::with_capacity(nc * nw * nr as usize);
         match self.order {
+            Order::Blocked { .. } => {
+                use rand::seq::SliceRandom;
+                use rand::{SeedableRng, rngs::StdRng};
+                for repeat in 0..nr {
+                    for workload in 0..nw {
+                        let mut rng = StdRng::seed_from_u64(
+                            seed ^ (u64::from(repeat) << 32) ^ workload as u64,
+                        );
+                        let mut configs: Vec<usize> = (0..nc).collect();
+                        configs.shuffle(&mut rng);
+                        out.extend(configs.into_iter().map(|config| TrialPlan {
+                            config,
+                            workload,
+                            repeat,
+                        }));
+                    }
+                }
+            }
             Order::Interleaved => {
                 for repeat in 0..nr {
                     for workload in 0..nw {
@@ -150,11 +186,17 @@ impl JobSpec {
             percentiles: load.percentiles.clone(),
             slo: Some(agentpb::Slo {
                 ttft_ms: load.slo.ttft_ms,
-                itl_ms: load.slo.itl_ms,
+                itl_ms: None,
                 e2e_ms: load.slo.e2e_ms,
+                tpot_ms: load.slo.tpot_ms,
+                itl_p99_ms: load.slo.itl_ms,
             }),
             run_id: String::new(),
             skip_levels: Vec::new(),
+            ramp_up_s: load.ramp_up.as_secs_f64(),
+            window_s: load.window.map(|w| w.as_secs_f64()),
+            steady: load.steady,
+            reset_cache: load.reset_cache,
         }
     }
 

@@ -102,6 +102,10 @@ fn migrations(backend: Backend) -> Vec<Migration> {
         Backend::Sqlite => include_str!("migrations/sqlite/0003_level_power.sql"),
         Backend::Postgres => include_str!("migrations/postgres/0003_level_power.sql"),
     };
+    let v4 = match backend {
+        Backend::Sqlite => include_str!("migrations/sqlite/0004_level_protocol.sql"),
+        Backend::Postgres => include_str!("migrations/postgres/0004_level_protocol.sql"),
+    };
     vec![
         Migration::new(
             1,
@@ -122,6 +126,13 @@ fn migrations(backend: Backend) -> Vec<Migration> {
             Cow::Borrowed("level_power"),
             MigrationType::Simple,
             Cow::Borrowed(v3),
+            false,
+        ),
+        Migration::new(
+            4,
+            Cow::Borrowed("level_protocol"),
+            MigrationType::Simple,
+            Cow::Borrowed(v4),
             false,
         ),
     ]

@@ -66,7 +66,8 @@ impl Store {
         let result = level.result.clone().unwrap_or_default();
         let done = sqlx::query(
             "INSERT INTO levels (job_id, trial_id, level_index, run_id, outcome, stored_unix_ms, \
-             level, gpu_power_w) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             level, gpu_power_w, error_rate, prefix_cache_hit_rate, burst) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
              ON CONFLICT (job_id, trial_id, level_index) DO NOTHING",
         )
         .bind(&level.job_id)
@@ -77,6 +78,9 @@ impl Store {
         .bind(fleetbench_proto::now_unix_ms())
         .bind(level.encode_to_vec())
         .bind(level.gpu_power_w)
+        .bind(result.error_rate)
+        .bind(result.prefix_cache.as_ref().and_then(|c| c.hit_rate))
+        .bind(i64::from(result.burst))
         .execute(&self.pool)
         .await
         .map_err(q("put level"))?;
@@ -104,6 +108,34 @@ impl Store {
                 Ok(level)
             })
             .collect()
+    }
+
+    /// `(trial id, level index, error rate)` of a job's levels whose error rate is at least
+    /// `min` (levels stored before error rates were kept have none and are not listed).
+    pub async fn levels_with_errors(
+        &self,
+        job_id: &str,
+        min: f64,
+    ) -> Result<Vec<(String, u32, f64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT trial_id, level_index, error_rate FROM levels \
+             WHERE job_id = $1 AND error_rate >= $2 ORDER BY trial_id, level_index",
+        )
+        .bind(job_id)
+        .bind(min)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("levels with errors"))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>("trial_id")?,
+                    r.try_get::<i64, _>("level_index")? as u32,
+                    r.try_get::<f64, _>("error_rate")?,
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(q("read levels with errors"))
     }
 
     /// Level indices of a trial already stored (what a re-run must skip).

@@ -158,8 +158,9 @@ pub fn round_toml(text: &str, round: &Round) -> Result<String, toml::de::Error> 
     }
     doc.insert("configs".into(), toml::Value::Array(configs));
     if let Some(load) = doc.get_mut("load").and_then(|l| l.as_table_mut()) {
-        // A cheap run is shorter, never narrower: at least one request per slot of the
-        // highest concurrency, so every level still reaches its load.
+        // A cheap run is shorter, never narrower, and never a burst: at least BURST_FACTOR
+        // requests per slot of the highest concurrency (or all the spec asks for), so no
+        // rung ranks candidates by their first synchronized wave.
         let widest = match &round.concurrency {
             Some(cs) => cs.iter().copied().max().map(i64::from),
             None => load
@@ -171,7 +172,8 @@ pub fn round_toml(text: &str, round: &Round) -> Result<String, toml::de::Error> 
         if let Some(n) = round.requests {
             load.insert("requests".into(), toml::Value::Integer(i64::from(n)));
         } else if let Some(n) = load.get("requests").and_then(|r| r.as_integer()) {
-            let scaled = ((n as f64 * round.budget_fraction).round() as i64).max(widest.min(n));
+            let floor = i64::from(fleetbench_proto::BURST_FACTOR) * widest;
+            let scaled = ((n as f64 * round.budget_fraction).round() as i64).max(floor.min(n));
             load.insert("requests".into(), toml::Value::Integer(scaled));
         }
         if let Some(d) = load.get("duration").and_then(|d| d.as_str())

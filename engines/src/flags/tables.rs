@@ -231,6 +231,10 @@ fn sim_own_rows() -> Vec<Row> {
         (&["--crash-above-batch"], int(1)),
         (&["--workers"], int(1)),
         (&["--crash-backend"], choice(SGLANG_MOE_RUNNER_BACKENDS)),
+        (&["--fail-rate"], float(0.0, Some(1.0))),
+        (&["--max-prompt-len"], int(1)),
+        (&["--decode-ms-per-1k-context"], float(0.0, None)),
+        (&["--noise-seed"], int(0)),
         // The simulator reads `--fault hang-after-requests=N` as one value.
         (
             &["--fault"],

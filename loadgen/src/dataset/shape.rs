@@ -203,6 +203,16 @@ impl Shaper {
         })
     }
 
+    /// The words that add exactly one token each (what request markers are spelled with).
+    pub fn words(&self) -> Vec<&'static str> {
+        self.words.clone()
+    }
+
+    /// `n` one-token words, each with a leading space: stands in for a marker when counting.
+    pub fn filler(&self, n: u8) -> String {
+        format!(" {}", self.words[0]).repeat(usize::from(n))
+    }
+
     fn push_words(&self, out: &mut String, n: u32, rng: &mut StdRng) {
         for _ in 0..n {
             out.push(' ');

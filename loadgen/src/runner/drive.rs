@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use super::HANDOFF_LEAD;
 use crate::arrivals::sleep_until_precise;
 use crate::client::{Conn, Scratch, Target, stream_request};
-use crate::dataset::Prompt;
+use crate::dataset::{Marker, Prompt};
 use crate::error::{Failure, FailureKind};
 use crate::level::{Accum, Measured};
 use crate::report::Progress;
@@ -61,11 +61,15 @@ pub(super) struct Shared {
     pub(super) target: Target,
     pub(super) path: &'static str,
     pub(super) prompts: Arc<Vec<Prompt>>,
+    /// Fills in each request's markers.
+    pub(super) marker: Marker,
     pub(super) timeout: Duration,
     pub(super) level_index: usize,
     pub(super) details: bool,
     pub(super) start: Instant,
     pub(super) slo: Option<crate::config::Slo>,
+    /// The measurement window, when the level measures steady state only.
+    pub(super) steady: Option<crate::level::Steady>,
     pub(super) acc: std::sync::Mutex<Accum>,
     pub(super) next: AtomicU64,
     pub(super) completed: AtomicU64,
@@ -229,7 +233,12 @@ struct Slot {
 impl Slot {
     /// Runs one request; returns when its stream ended (or the failure was seen).
     async fn run(&mut self, sh: &Shared, index: u64, intended: Instant, slots: u32) -> Instant {
-        let prompt = &sh.prompts[(index % sh.prompts.len() as u64) as usize];
+        let pool = sh.prompts.len() as u64;
+        let prompt = &sh.prompts[(index % pool) as usize];
+        let body = match &prompt.pieces {
+            Some(p) => sh.marker.body(p, index, pool),
+            None => prompt.body.clone(),
+        };
         let now_in_flight = sh.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         sh.peak.fetch_max(now_in_flight, Ordering::Relaxed);
         let Slot { conn, scratch } = self;
@@ -248,9 +257,7 @@ impl Slot {
                     *conn = Some(Conn::open(sh.target.addr).await?);
                 }
                 let c = conn.as_mut().expect("connection set above");
-                let req = sh
-                    .target
-                    .request(http::Method::POST, sh.path, prompt.body.clone());
+                let req = sh.target.request(http::Method::POST, sh.path, body.clone());
                 match stream_request(c, req, scratch).await {
                     Err(_) if !retried && c.send_failed && c.served > 0 => {
                         retried = true;
@@ -292,6 +299,8 @@ impl Slot {
             sh.slo.as_ref(),
             sh.details,
             sh.level_index,
+            sh.steady
+                .map(|w| (sh.began.get().copied().unwrap_or(sh.start), w)),
         );
         ended
     }

@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 use crate::arrivals::{schedule, schedule_for};
 use crate::client::{SetupClient, Target, call_json};
 use crate::config::{BenchConfig, Bound, DatasetSpec, Level};
-use crate::dataset::{self, Prompt, Shaper};
+use crate::dataset::{self, Marker, Prompt, Shaper, hash_key, words_for_64_bits};
 use crate::error::LoadgenError;
-use crate::level::Accum;
+use crate::level::{Accum, Steady};
 use crate::report::{LevelOutcome, LevelReport, Progress};
 use crate::tokenize::Counter;
 
@@ -41,6 +41,16 @@ pub struct Runner {
     shaping: Shaping,
     /// Closed-loop streams start one after another over this span (zero: all at once).
     ramp_up: Duration,
+    /// The measurement window after the ramp-up (`None`: until the last request is sent).
+    window: Option<Duration>,
+    /// Whether measurement leaves out a ramp-up and the drain ([`Runner::with_window`]).
+    steady: bool,
+    /// The one-token words request markers are spelled with.
+    words: Arc<Vec<&'static str>>,
+    /// Hash of the run's identity (job, trial, attempt): part of every request marker.
+    run_key: u64,
+    /// Whether prompts carry request markers (see `dataset::mark`).
+    marked: bool,
 }
 
 /// How prompt lengths were shaped.
@@ -123,6 +133,8 @@ impl Runner {
             None => (None, "words (approximate)"),
         };
         let mut shaper = Shaper::new(counter).await?;
+        let words = Arc::new(shaper.words());
+        let mark = words_for_64_bits(words.len());
         let measured = match cfg.bound {
             Bound::Requests(n) => n as usize,
             Bound::Duration(_) => DURATION_POOL,
@@ -133,8 +145,10 @@ impl Runner {
             measured + cfg.warmup as usize,
             seed,
             &mut shaper,
+            mark,
         )
         .await?;
+        let marked = specs.iter().any(|p| !p.marks.is_empty());
         let mut prompts: Vec<Prompt> = specs
             .iter()
             .map(|p| dataset::body(cfg.api, &model, p, cfg.ignore_eos))
@@ -170,7 +184,39 @@ impl Runner {
             warmup: Arc::new(warmup),
             shaping,
             ramp_up: Duration::ZERO,
+            window: None,
+            steady: false,
+            words,
+            // A run without a caller's identity still never repeats another's prompts.
+            run_key: rand::random(),
+            marked,
         })
+    }
+
+    /// Names the run (e.g. `job/trial/attempt`): request markers derive from it, the level and
+    /// the request's index, so the same name gives the same prompts and no two runs share one.
+    #[must_use]
+    pub fn with_run_key(mut self, key: &str) -> Runner {
+        self.run_key = hash_key(key);
+        self
+    }
+
+    /// Measures steady state: requests whose intended send falls inside the window (from the
+    /// end of the ramp-up, for `window` or, when `None`, until the last request is sent) count;
+    /// throughput counts the tokens that arrived inside it, over its length. Requests of the
+    /// ramp-up and of the drain still run and are reported as left out. A duration-bound level
+    /// with a window runs for the ramp-up plus the window.
+    #[must_use]
+    pub fn with_window(mut self, window: Option<Duration>) -> Runner {
+        self.window = window;
+        self.steady = true;
+        self
+    }
+
+    /// Whether prompts carry request markers (a trace's own texts and dataset files with
+    /// the sentinel do not).
+    pub fn marks_prompts(&self) -> bool {
+        self.marked
     }
 
     /// Starts the streams of a closed-loop level one after another, evenly over `ramp`, instead
@@ -244,7 +290,7 @@ impl Runner {
         }
         if self.cfg.warmup > 0 && !cancel.is_cancelled() {
             let slots = level.concurrency.unwrap_or(16).min(self.cfg.warmup).max(1);
-            let warm = self.shared(index, self.warmup.clone(), false, Instant::now());
+            let warm = self.shared(index, self.warmup.clone(), false, Instant::now(), true);
             let plan = Plan::Closed {
                 slots,
                 count: Some(self.cfg.warmup as u64),
@@ -258,9 +304,14 @@ impl Runner {
             }
             set.abort_all();
             while set.join_next().await.is_some() {}
+            report.prompt_tokens_all = warm
+                .acc
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .all_input_tokens;
         }
         let start = Instant::now();
-        let shared = self.shared(index, self.prompts.clone(), details, start);
+        let shared = self.shared(index, self.prompts.clone(), details, start, false);
         let plan = self.plan(level);
         let total = plan.total();
         let mut set = JoinSet::new();
@@ -287,6 +338,9 @@ impl Runner {
             shared.peak.load(Ordering::Relaxed),
             cancelled,
             shared.stop_reason(),
+            shared
+                .steady
+                .map(|w| (shared.began.get().copied().unwrap_or(start), w)),
         );
         LevelOutcome {
             report,
@@ -300,8 +354,14 @@ impl Runner {
         prompts: Arc<Vec<Prompt>>,
         details: bool,
         start: Instant,
+        warmup: bool,
     ) -> Arc<Shared> {
         Arc::new(Shared {
+            marker: Marker::new(self.words.clone(), self.run_key, index as u64, warmup),
+            steady: (self.steady && !warmup).then_some(Steady {
+                ramp_up: self.ramp_up,
+                window: self.window,
+            }),
             target: self.target.clone(),
             path: self.cfg.api.path(),
             prompts,
@@ -327,10 +387,25 @@ impl Runner {
     fn plan(&self, level: &Level) -> Plan {
         let is_trace = matches!(self.cfg.dataset, DatasetSpec::Trace { .. });
         let seed = self.cfg.seed ^ 0x9e37_79b9_7f4a_7c15;
+        // With a measurement window the level issues for the ramp-up plus the window (a
+        // request count still caps it).
+        let windowed = self.window.map(|w| self.ramp_up + w);
         match (level.request_rate, is_trace) {
             (None, false) => {
                 let slots = level.concurrency.unwrap_or(1);
                 match self.cfg.bound {
+                    Bound::Requests(n) if windowed.is_some() => Plan::Closed {
+                        slots,
+                        count: Some(u64::from(n)),
+                        until: windowed,
+                        ramp: self.ramp_up,
+                    },
+                    Bound::Duration(_) if windowed.is_some() => Plan::Closed {
+                        slots,
+                        count: None,
+                        until: windowed,
+                        ramp: self.ramp_up,
+                    },
                     Bound::Requests(n) => Plan::Closed {
                         slots,
                         count: Some(u64::from(n)),
@@ -357,10 +432,15 @@ impl Runner {
                 }
             }
             (Some(rate), false) => {
-                let arrivals = match self.cfg.bound {
+                let mut arrivals = match self.cfg.bound {
                     Bound::Requests(n) => schedule(n as usize, rate, level.burstiness, seed),
-                    Bound::Duration(d) => schedule_for(d, rate, level.burstiness, seed),
+                    Bound::Duration(d) => {
+                        schedule_for(windowed.unwrap_or(d), rate, level.burstiness, seed)
+                    }
                 };
+                if let Some(w) = windowed {
+                    arrivals.retain(|t| *t <= w);
+                }
                 Plan::Open {
                     arrivals,
                     cap: level.concurrency,

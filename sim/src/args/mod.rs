@@ -141,6 +141,18 @@ pub struct SimArgs {
     pub stream_interval: u32,
     /// SGLang flags accepted for compatibility that the model ignores, as given.
     pub accepted: Vec<(String, String)>,
+    /// `--disable-radix-cache`: no prefix cache (see `prefix`).
+    pub disable_radix_cache: bool,
+    /// `--fail-rate F`: this fraction of requests is answered at once with HTTP 500.
+    pub fail_rate: f64,
+    /// `--max-prompt-len N`: prompts above N tokens are rejected with HTTP 400.
+    pub max_prompt_len: Option<u32>,
+    /// `--decode-ms-per-1k-context MS`: a decode step costs this much more per 1,000 tokens
+    /// held in the KV cache (attention over the context).
+    pub decode_ms_per_1k_context: f64,
+    /// `--noise-seed N`: pins the step noise (jitter and drift); without it every process
+    /// draws its own, so repeats of a config are independent.
+    pub noise_seed: Option<u64>,
 }
 
 impl Default for SimArgs {
@@ -181,6 +193,11 @@ impl Default for SimArgs {
             default_include_usage: false,
             stream_interval: 1,
             accepted: Vec::new(),
+            disable_radix_cache: false,
+            fail_rate: 0.0,
+            max_prompt_len: None,
+            decode_ms_per_1k_context: 0.0,
+            noise_seed: None,
         }
     }
 }

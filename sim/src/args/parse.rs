@@ -183,6 +183,13 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             "--crash-above-batch" => out.crash_above_batch = Some(positive_int(f, v)?),
             "--crash-backend" => out.crash_backend = Some(backend(f, v)?),
             "--workers" => out.workers = Some(positive_int(f, v)? as usize),
+            "--disable-radix-cache" => out.disable_radix_cache = true,
+            "--fail-rate" => out.fail_rate = float_in(f, v, 0.0, 1.0)?,
+            "--max-prompt-len" => out.max_prompt_len = Some(positive_int(f, v)?),
+            "--decode-ms-per-1k-context" => {
+                out.decode_ms_per_1k_context = float_in(f, v, 0.0, 1e4)?;
+            }
+            "--noise-seed" => out.noise_seed = Some(num(f, v, "int")?),
             "--fault" => {
                 let (kind, arg) = match v.split_once('=') {
                     Some((k, a)) => (k, Some(a.to_string())),

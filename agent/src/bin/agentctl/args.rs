@@ -262,6 +262,7 @@ impl BenchArgs {
             slo: None,
             run_id: String::new(),
             skip_levels: Vec::new(),
+            ..Default::default()
         })
     }
 }

@@ -1,0 +1,255 @@
+//! Prefix caches: how to empty an engine's, and what its own metrics say it served from it.
+//!
+//! Every engine keeps the KV of prompts it has seen (SGLang's radix cache, vLLM's prefix cache,
+//! llama.cpp's slots and host-RAM prompt cache). A benchmark level that hits it measures cached
+//! prefill; the level's cache figure comes from the engine's own counters, read before and
+//! after the level, so it does not depend on what the client believes it sent:
+//!
+//! - SGLang (and the simulator): `sglang:cached_tokens_total` over `sglang:prompt_tokens_total`
+//!   (counters); the `sglang:cache_hit_rate` gauge when the counters are absent.
+//! - vLLM: `vllm:prefix_cache_hits_total` over `vllm:prefix_cache_queries_total` (tokens).
+//! - llama.cpp: `llamacpp:prompt_tokens_total` counts prompt tokens it *evaluated*; what it did
+//!   not evaluate of what was sent came from a cache.
+
+use crate::EngineKind;
+use crate::prom::{self, Exposition};
+
+/// The cache counters of one scrape (`None`: not exported).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CacheCounters {
+    /// SGLang: prompt tokens received; llama.cpp: prompt tokens evaluated.
+    pub prompt_tokens: Option<f64>,
+    /// SGLang: prompt tokens served from the radix cache.
+    pub cached_tokens: Option<f64>,
+    /// vLLM: prefix-cache hits and queries, in tokens.
+    pub hits: Option<f64>,
+    pub queries: Option<f64>,
+    /// SGLang's recent hit-rate gauge.
+    pub hit_rate_gauge: Option<f64>,
+}
+
+/// What a level's cache figure is, from two scrapes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheFigure {
+    /// The metric(s) it came from; empty when none.
+    pub source: String,
+    /// Fraction of the level's prompt tokens the engine served from its cache.
+    pub hit_rate: Option<f64>,
+    /// Prompt tokens by the engine's count (evaluated for llama.cpp, received or looked up for
+    /// the others).
+    pub prompt_tokens_engine: Option<f64>,
+    /// Why there is no figure.
+    pub note: String,
+}
+
+fn sum(expo: &Exposition, name: &str) -> Option<f64> {
+    let v: Vec<f64> = expo
+        .series
+        .iter()
+        .filter(|s| s.name == name)
+        // Ranks other than 0 repeat rank 0's figure (see `metrics`).
+        .filter(|s| {
+            ["tp_rank", "pp_rank"]
+                .iter()
+                .all(|k| s.labels.get(*k).is_none_or(|v| v == "0"))
+        })
+        .map(|s| s.value)
+        .filter(|v| v.is_finite())
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum())
+}
+
+/// Reads the cache counters of a `/metrics` scrape of `kind`.
+pub fn counters(kind: EngineKind, text: &str) -> CacheCounters {
+    let expo = prom::parse(text);
+    let sglang = |c: &mut CacheCounters| {
+        c.prompt_tokens = sum(&expo, "sglang:prompt_tokens_total");
+        c.cached_tokens = sum(&expo, "sglang:cached_tokens_total");
+        c.hit_rate_gauge = sum(&expo, "sglang:cache_hit_rate");
+    };
+    let vllm = |c: &mut CacheCounters| {
+        c.hits = sum(&expo, "vllm:prefix_cache_hits_total");
+        c.queries = sum(&expo, "vllm:prefix_cache_queries_total");
+        // Versions before the counters had a hit-rate gauge.
+        c.hit_rate_gauge = sum(&expo, "vllm:gpu_prefix_cache_hit_rate");
+    };
+    let llamacpp = |c: &mut CacheCounters| {
+        c.prompt_tokens = sum(&expo, "llamacpp:prompt_tokens_total");
+    };
+    let mut c = CacheCounters::default();
+    match kind {
+        EngineKind::Sglang | EngineKind::Sim => sglang(&mut c),
+        EngineKind::Vllm => vllm(&mut c),
+        EngineKind::Llamacpp => llamacpp(&mut c),
+        EngineKind::Generic => {
+            vllm(&mut c);
+            if c.hits.is_none() {
+                sglang(&mut c);
+            }
+            if c.prompt_tokens.is_none() {
+                llamacpp(&mut c);
+            }
+        }
+    }
+    c
+}
+
+/// A counter's increase (a counter that went down was reset: count from zero).
+fn delta(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    let after = after?;
+    Some(match before {
+        Some(b) if after >= b => after - b,
+        _ => after,
+    })
+}
+
+/// The level's figure from the counters before and after it; `sent`: prompt tokens the client
+/// sent in the level (every completed request, warm-up included).
+pub fn level_figure(
+    kind: EngineKind,
+    before: &CacheCounters,
+    after: &CacheCounters,
+    sent: u64,
+) -> CacheFigure {
+    let mut f = CacheFigure::default();
+    if let (Some(h), Some(q)) = (
+        delta(before.hits, after.hits),
+        delta(before.queries, after.queries),
+    ) {
+        f.source = "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total".into();
+        f.prompt_tokens_engine = Some(q);
+        f.hit_rate = (q > 0.0).then(|| (h / q).clamp(0.0, 1.0));
+        return f;
+    }
+    let is_llamacpp = kind == EngineKind::Llamacpp
+        || (kind == EngineKind::Generic && after.cached_tokens.is_none());
+    if is_llamacpp && let Some(evaluated) = delta(before.prompt_tokens, after.prompt_tokens) {
+        f.source = "1 - llamacpp:prompt_tokens_total (evaluated) / prompt tokens sent".into();
+        f.prompt_tokens_engine = Some(evaluated);
+        f.hit_rate = (sent > 0).then(|| (1.0 - evaluated / sent as f64).clamp(0.0, 1.0));
+        return f;
+    }
+    if let (Some(c), Some(p)) = (
+        delta(before.cached_tokens, after.cached_tokens),
+        delta(before.prompt_tokens, after.prompt_tokens),
+    ) {
+        f.source = "sglang:cached_tokens_total / sglang:prompt_tokens_total".into();
+        f.prompt_tokens_engine = Some(p);
+        f.hit_rate = (p > 0.0).then(|| (c / p).clamp(0.0, 1.0));
+        return f;
+    }
+    if let Some(g) = after.hit_rate_gauge {
+        let name = if kind == EngineKind::Vllm {
+            "vllm:gpu_prefix_cache_hit_rate"
+        } else {
+            "sglang:cache_hit_rate"
+        };
+        f.source = format!("{name} (a gauge, read at the level's end)");
+        f.hit_rate = Some(g.clamp(0.0, 1.0));
+        return f;
+    }
+    f.note = "the engine's metrics carry no prefix-cache counters".into();
+    f
+}
+
+/// How to empty a kind's prefix cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheReset {
+    /// `POST` this path; a 200 means emptied.
+    Post(&'static str),
+    /// llama.cpp: `GET /slots`, then `POST /slots/{id}?action=erase` for each slot.
+    EraseSlots,
+}
+
+/// The reset for `kind`, with what it cannot do (said next to the result).
+pub fn reset_for(kind: EngineKind) -> (CacheReset, &'static str) {
+    match kind {
+        EngineKind::Sglang | EngineKind::Sim | EngineKind::Generic => (
+            CacheReset::Post("/flush_cache"),
+            "SGLang refuses to flush while requests are running",
+        ),
+        EngineKind::Vllm => (
+            CacheReset::Post("/reset_prefix_cache"),
+            "vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1 in the engine's env",
+        ),
+        EngineKind::Llamacpp => (
+            CacheReset::EraseSlots,
+            "llama-server erases slots only when started with --slot-save-path (an operator's \
+             fixed arg), and its host-RAM prompt cache survives an erase unless it runs with \
+             --cache-ram 0",
+        ),
+    }
+}
+
+/// Slot ids from llama.cpp's `GET /slots` answer (a JSON array of objects with `id`).
+pub fn slot_ids(body: &str) -> Result<Vec<u64>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(body).map_err(|e| format!("GET /slots: bad JSON: {e}"))?;
+    let arr = v
+        .as_array()
+        .ok_or_else(|| "GET /slots: not a JSON array".to_string())?;
+    arr.iter()
+        .map(|s| {
+            s.get("id")
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| "GET /slots: a slot without an id".to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_from_each_engines_counters() {
+        let sg = |p, c| format!("sglang:prompt_tokens_total {p}\nsglang:cached_tokens_total {c}\n");
+        let b = counters(EngineKind::Sglang, &sg(100.0, 10.0));
+        let a = counters(EngineKind::Sglang, &sg(1100.0, 260.0));
+        let f = level_figure(EngineKind::Sglang, &b, &a, 1000);
+        assert_eq!(f.hit_rate, Some(0.25));
+        assert_eq!(f.prompt_tokens_engine, Some(1000.0));
+
+        let vl = |h, q| {
+            format!(
+                "vllm:prefix_cache_hits_total{{engine=\"0\"}} {h}\nvllm:prefix_cache_queries_total{{engine=\"0\"}} {q}\n"
+            )
+        };
+        let b = counters(EngineKind::Vllm, &vl(0.0, 0.0));
+        let a = counters(EngineKind::Vllm, &vl(50.0, 200.0));
+        assert_eq!(
+            level_figure(EngineKind::Vllm, &b, &a, 200).hit_rate,
+            Some(0.25)
+        );
+
+        let ll = |p| format!("llamacpp:prompt_tokens_total {p}\n");
+        let b = counters(EngineKind::Llamacpp, &ll(500.0));
+        let a = counters(EngineKind::Llamacpp, &ll(1500.0));
+        let f = level_figure(EngineKind::Llamacpp, &b, &a, 2000);
+        assert_eq!(f.hit_rate, Some(0.5));
+        assert_eq!(f.prompt_tokens_engine, Some(1000.0));
+        // A restarted engine's counter starts again from zero.
+        let f = level_figure(EngineKind::Llamacpp, &a, &b, 1000);
+        assert_eq!(f.hit_rate, Some(0.5));
+
+        let old = counters(EngineKind::Vllm, "vllm:gpu_prefix_cache_hit_rate 0.25\n");
+        let f = level_figure(EngineKind::Vllm, &old, &old, 10);
+        assert_eq!(f.hit_rate, Some(0.25));
+        assert!(
+            f.source.starts_with("vllm:gpu_prefix_cache_hit_rate"),
+            "{f:?}"
+        );
+        let none = counters(EngineKind::Vllm, "vllm:num_requests_running 0\n");
+        let f = level_figure(EngineKind::Vllm, &none, &none, 10);
+        assert!(f.hit_rate.is_none() && !f.note.is_empty());
+    }
+
+    #[test]
+    fn slot_ids_are_read_and_bad_answers_named() {
+        assert_eq!(
+            slot_ids(r#"[{"id":0,"n_ctx":512},{"id":1}]"#).unwrap(),
+            vec![0, 1]
+        );
+        assert!(slot_ids("{}").unwrap_err().contains("/slots"));
+    }
+}
