@@ -68,6 +68,8 @@ pub(super) struct Shared {
     pub(super) slo: Option<crate::config::Slo>,
     pub(super) acc: std::sync::Mutex<Accum>,
     pub(super) next: AtomicU64,
+    /// The pool index of this level's first prompt (earlier levels used the ones before it).
+    pub(super) prompt_base: u64,
     pub(super) completed: AtomicU64,
     pub(super) failed: AtomicU64,
     pub(super) in_flight: AtomicU32,
@@ -229,7 +231,7 @@ struct Slot {
 impl Slot {
     /// Runs one request; returns when its stream ended (or the failure was seen).
     async fn run(&mut self, sh: &Shared, index: u64, intended: Instant, slots: u32) -> Instant {
-        let prompt = &sh.prompts[(index % sh.prompts.len() as u64) as usize];
+        let prompt = &sh.prompts[((sh.prompt_base + index) % sh.prompts.len() as u64) as usize];
         let now_in_flight = sh.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         sh.peak.fetch_max(now_in_flight, Ordering::Relaxed);
         let Slot { conn, scratch } = self;

@@ -30,6 +30,11 @@ const HANDOFF_LEAD: Duration = Duration::from_millis(3);
 /// Prompts built for a run whose bound is a duration (they are cycled).
 const DURATION_POOL: usize = 1000;
 
+// Levels of one runner take successive prompts from the pool (`prompt_cursor`), not the pool
+// from its start each time: an engine with a prompt cache (llama.cpp's slots and `--cache-ram`,
+// SGLang's radix tree) served the second level's replayed prompts from its cache, and on an
+// H200 run 98 % of a level's prompt tokens were never evaluated (docs/validation/h200.md, run 9).
+
 /// Runs load levels against one server. Cheap to share: levels run one after another.
 #[derive(Debug)]
 pub struct Runner {
@@ -41,6 +46,8 @@ pub struct Runner {
     shaping: Shaping,
     /// Closed-loop streams start one after another over this span (zero: all at once).
     ramp_up: Duration,
+    /// The pool index of the next level's first prompt: requests sent by earlier levels.
+    prompt_cursor: AtomicU64,
 }
 
 /// How prompt lengths were shaped.
@@ -123,8 +130,10 @@ impl Runner {
             None => (None, "words (approximate)"),
         };
         let mut shaper = Shaper::new(counter).await?;
+        // Every level gets prompts of its own when the levels are counted in requests; a
+        // duration-bound run cycles its pool across all of its levels.
         let measured = match cfg.bound {
-            Bound::Requests(n) => n as usize,
+            Bound::Requests(n) => n as usize * cfg.levels.len().max(1),
             Bound::Duration(_) => DURATION_POOL,
         };
         let seed = cfg.seed;
@@ -170,6 +179,7 @@ impl Runner {
             warmup: Arc::new(warmup),
             shaping,
             ramp_up: Duration::ZERO,
+            prompt_cursor: AtomicU64::new(0),
         })
     }
 
@@ -244,7 +254,7 @@ impl Runner {
         }
         if self.cfg.warmup > 0 && !cancel.is_cancelled() {
             let slots = level.concurrency.unwrap_or(16).min(self.cfg.warmup).max(1);
-            let warm = self.shared(index, self.warmup.clone(), false, Instant::now());
+            let warm = self.shared(index, self.warmup.clone(), false, Instant::now(), 0);
             let plan = Plan::Closed {
                 slots,
                 count: Some(self.cfg.warmup as u64),
@@ -260,7 +270,13 @@ impl Runner {
             while set.join_next().await.is_some() {}
         }
         let start = Instant::now();
-        let shared = self.shared(index, self.prompts.clone(), details, start);
+        // A trace replays its records in order, from the first, at every level.
+        let base = if matches!(self.cfg.dataset, DatasetSpec::Trace { .. }) {
+            0
+        } else {
+            self.prompt_cursor.load(Ordering::Relaxed)
+        };
+        let shared = self.shared(index, self.prompts.clone(), details, start, base);
         let plan = self.plan(level);
         let total = plan.total();
         let mut set = JoinSet::new();
@@ -278,6 +294,10 @@ impl Runner {
         };
         set.abort_all();
         while set.join_next().await.is_some() {}
+        self.prompt_cursor.fetch_add(
+            shared.completed.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         send_progress(&progress, &shared, index, total);
         let acc = std::mem::take(&mut *shared.acc.lock().unwrap_or_else(|e| e.into_inner()));
         acc.finish(
@@ -300,6 +320,7 @@ impl Runner {
         prompts: Arc<Vec<Prompt>>,
         details: bool,
         start: Instant,
+        prompt_base: u64,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             target: self.target.clone(),
@@ -312,6 +333,7 @@ impl Runner {
             slo: self.cfg.slo,
             acc: std::sync::Mutex::new(Accum::default()),
             next: AtomicU64::new(0),
+            prompt_base,
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
