@@ -10,7 +10,8 @@
 #   BIN        fleetbench, fleetbench-controller, fleetbench-agent, fleetbench-agentctl
 #   LLAMA_BIN  the folder holding llama-server (build-llamacpp.sh puts it in WORK/llama/build/bin)
 #   MODELS     the GGUFs of make-models.sh
-#   OUT        logs and results
+#   OUT        logs and results, and the controller's SQLite store (`fleetbench report JOB
+#              --data-dir OUT` re-reads it on any machine)
 #   PART       life (restarts timed, an out-of-memory start classified), sweep (the A/B sweep of
 #              examples/llamacpp-gpu.toml), tune (examples/tune-llamacpp-gpu.toml); default all
 # Environment: SPECS (folder of the two specs, default examples/), LEVEL_DURATION (overrides
@@ -68,7 +69,7 @@ port = $P_ENGINE
 TOML
 cat > "$WORK/controller.toml" <<TOML
 listen = "127.0.0.1:$P_CTL"
-store_url = "sqlite://$WORK/controller.db"
+store_url = "sqlite://$OUT/controller.db"
 
 [agent_tls]
 ca = "$WORK/certs/ca.pem"
@@ -140,6 +141,8 @@ if [[ " $PARTS " == *" life "* ]]; then
   apply 8-fit-on "$M8" --n-gpu-layers=99 --parallel=1 --ctx-size=$OOM_CTX --fit=on
   actl engine --json > "$OUT/life/8-engine.json" 2>&1
   actl stop > /dev/null 2>&1
+  sleep 0.5
+  "$PY" "$HERE/life.py" "$OUT" | tee "$OUT/life/timings.txt"
 fi
 
 # --- jobs through the controller --------------------------------------------------------------
@@ -171,6 +174,7 @@ if [[ " $PARTS " == *" tune "* ]]; then
   for j in $(grep -oE 'job [0-9a-f]{32}' "$OUT/tune.log" | cut -d' ' -f2 | sort -u); do
     fb jobs "$j" --json > "$OUT/tune/job-$j.json"
     fb jobs "$j" | tee -a "$OUT/tune/levels.txt"
+    fb report "$j" --output "$OUT/tune/report-$j" > /dev/null
     "$PY" "$HERE/truth.py" --scrape "$OUT/scrape.jsonl" --job "$OUT/tune/job-$j.json" | tee -a "$OUT/tune/truth.txt"
   done
 fi

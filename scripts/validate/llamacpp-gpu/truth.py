@@ -11,8 +11,9 @@ scrape.py during the job, and for every level prints:
   from its first token to its last, over n − 1 decode steps (the first token comes from the
   prompt's logits); within 5 %;
 - lost: failed requests (0);
-- reuse: prompt tokens the server did not evaluate, 1 − `prompt_tokens_total` / prompt tokens
-  sent (usage), at most 5 %.
+- reuse: prompt tokens the server took from its cache instead of evaluating them,
+  `prompt_tokens_cached_total` / (`prompt_tokens_total` + `prompt_tokens_cached_total`), at most
+  5 %; "sent" (usage) against "evald" + "cached" shows the edge drift described below.
 
 Edges: a level's counters are read from the first scrape of the same server process asked
 after the level ended (the next level's start), or, for the last level of a run when the
@@ -85,7 +86,7 @@ def main() -> int:
     name = jobs[0]["name"] if jobs else a.job
     print(f"truth checks for job {name} ({len(levels)} levels, {len(scrapes)} scrapes)")
     hdr = (f"{'config':<14} {'c':>4} {'done':>5} {'lost':>4} {'out':>7} {'server':>7} {'=':>3} "
-           f"{'ITL ms':>7} {'srv ms':>7} {'diff':>6} {'sent':>7} {'evald':>7} {'reuse':>6} {'edge ms':>7}")
+           f"{'ITL ms':>7} {'srv ms':>7} {'diff':>6} {'sent':>7} {'evald':>7} {'cached':>6} {'reuse':>6} {'edge ms':>7}")
     print(hdr)
     fails = 0
     sums = {"sent": 0, "evald": 0, "cached": 0}
@@ -117,7 +118,7 @@ def main() -> int:
         sent = r["input_tokens"]
         evald = round(d.get("prompt_tokens_total", 0))
         cached = round(d.get("prompt_tokens_cached_total", 0))
-        reuse = 1 - evald / sent if sent else float("nan")
+        reuse = cached / (evald + cached) if evald + cached > 0 else float("nan")
         ok_reuse = reuse <= a.reuse_limit
         sums["sent"] += sent
         sums["evald"] += evald
@@ -126,7 +127,7 @@ def main() -> int:
         fails += not (ok_out and ok_itl and ok_reuse and ok_lost)
         mark = lambda ok: "ok" if ok else "NO"
         print(f"{tag} {done:>5} {failed:>4} {out:>7} {pred:>7} {mark(ok_out):>3} {itl:>7.2f} {srv_itl:>7.2f} "
-              f"{100 * diff:>+5.1f}% {sent:>7} {evald:>7} {100 * reuse:>5.1f}% {end['ts'] - r['finished_unix_ms']:>7.0f}"
+              f"{100 * diff:>+5.1f}% {sent:>7} {evald:>7} {cached:>6} {100 * reuse:>5.1f}% {end['ts'] - r['finished_unix_ms']:>7.0f}"
               f"{'' if ok_itl else '  ITL off by more than %.0f%%' % (100 * a.itl_tolerance)}"
               f"{'' if ok_reuse else '  prompt reuse above limit'}{'' if ok_lost else '  requests lost'}")
     if sums["sent"]:
