@@ -15,7 +15,7 @@ set -u
 CARRY=$(cd "${1:?usage: device.sh CARRY OUT}" && pwd)
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 BUDGET_S=${BUDGET_S:-560}
-STEPS=${STEPS:-build models life sweep tune}
+STEPS=${STEPS:-build models life sweep sampling tune}
 WORK=${WORK:-/root/fbgpu}
 HERE=$(cd "$(dirname "$0")" && pwd)
 export PATH="/usr/local/cuda/bin:/opt/torch/.venv/bin:$PATH"
@@ -79,6 +79,7 @@ part() {
 }
 part life 75
 part sweep 230
-part tune 190
+part sampling 130
+part tune 150
 pack
 ls -la "$OUT"

@@ -13,7 +13,8 @@
 #   OUT        logs and results, and the controller's SQLite store (`fleetbench report JOB
 #              --data-dir OUT` re-reads it on any machine)
 #   PART       life (restarts timed, an out-of-memory start classified), sweep (the A/B sweep of
-#              examples/llamacpp-gpu.toml), tune (examples/tune-llamacpp-gpu.toml); default all
+#              examples/llamacpp-gpu.toml), sampling (examples/llamacpp-gpu-sampling.toml), tune
+#              (examples/tune-llamacpp-gpu.toml); default all
 # Environment: SPECS (folder of the two specs, default examples/), LEVEL_DURATION (overrides
 # the specs' level duration, e.g. "5s" for a quick pass), RUN_WORK (state folder; default a new
 # temporary one).
@@ -23,7 +24,7 @@ LLAMA_BIN=$(cd "${2:?LLAMA_BIN}" && pwd)
 MODELS=$(cd "${3:?MODELS}" && pwd)
 OUT=$(mkdir -p "${4:?OUT}" && cd "$4" && pwd)
 shift 4
-PARTS=${*:-life sweep tune}
+PARTS=${*:-life sweep sampling tune}
 HERE=$(cd "$(dirname "$0")" && pwd)
 SPECS=$(cd "${SPECS:-$HERE/../../../examples}" && pwd)
 WORK=${RUN_WORK:-$(mktemp -d)}
@@ -162,6 +163,17 @@ if [[ " $PARTS " == *" sweep "* ]]; then
   fb jobs "$JOB" --json > "$OUT/sweep/job.json"
   fb jobs "$JOB" | tee "$OUT/sweep/jobs.txt"
   "$PY" "$HERE/truth.py" --scrape "$OUT/scrape.jsonl" --job "$OUT/sweep/job.json" | tee "$OUT/sweep/truth.txt"
+fi
+if [[ " $PARTS " == *" sampling "* ]]; then
+  step "sampling: fleetbench run examples/llamacpp-gpu-sampling.toml"
+  s=$(spec llamacpp-gpu-sampling.toml)
+  T0=$EPOCHREALTIME
+  fb run "$s" -o "$OUT/sampling" 2>&1 | tee "$OUT/sampling.log"
+  echo "[exit ${PIPESTATUS[0]}] $(secs "$T0") s"
+  JOB=$(grep -oE '[0-9a-f]{32}' "$OUT/sampling.log" | head -1)
+  fb jobs "$JOB" --json > "$OUT/sampling/job.json"
+  fb jobs "$JOB" | tee "$OUT/sampling/jobs.txt"
+  "$PY" "$HERE/truth.py" --scrape "$OUT/scrape.jsonl" --job "$OUT/sampling/job.json" | tee "$OUT/sampling/truth.txt"
 fi
 if [[ " $PARTS " == *" tune "* ]]; then
   step "tune: fleetbench tune examples/tune-llamacpp-gpu.toml"

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Polls a llama-server's /metrics and writes every `llamacpp:*` value with timestamps, one
 JSON object a line: {"ts": ms when asked, "tr": ms when answered, "i": server instance,
-"v": {name: value}}. The instance number goes up after every failed connection, so scrapes of
-one server process share it (a restart always passes through a refused connection).
+"v": {name: value}}. The instance number goes up after a refused connection (a restart always
+passes through one), so scrapes of one server process share it. An answer may take seconds:
+llama-server answers /metrics from its decode loop, between two batches, so a scrape waits up to
+10 s (at saturation with flash attention off it waited over 2 s) and the next one follows it.
 
 The truth checks (truth.py) read the server's own counters at the edges of each load level
 from this file. llama.cpp adds a request's generated tokens to `tokens_predicted_total` when
@@ -43,7 +45,7 @@ def main() -> int:
             t0 = time.time()
             try:
                 if conn is None:
-                    conn = http.client.HTTPConnection(a.host, a.port, timeout=2)
+                    conn = http.client.HTTPConnection(a.host, a.port, timeout=10)
                 conn.request("GET", "/metrics")
                 resp = conn.getresponse()
                 body = resp.read().decode("utf-8", "replace")
@@ -61,8 +63,10 @@ def main() -> int:
                             except ValueError:
                                 pass
                     out.write(json.dumps({"ts": round(t0 * 1000, 1), "tr": round(t1 * 1000, 1), "i": instance, "v": v}) + "\n")
-            except (OSError, http.client.HTTPException):
-                down = True
+            except (OSError, http.client.HTTPException) as e:
+                # a slow answer is the same server; only a refused connection means it is gone
+                if isinstance(e, ConnectionRefusedError):
+                    down = True
                 if conn is not None:
                     conn.close()
                 conn = None

@@ -55,6 +55,15 @@ def main() -> int:
             if "tokens_predicted_total" in s.get("v", {}):
                 scrapes.append(s)
     scrapes.sort(key=lambda s: s["ts"])
+    # Server processes told apart by their counters, which start from zero in a new process
+    # (the scraper's own instance numbers also went up on a slow answer in older logs).
+    inst, prev = 0, None
+    for s in scrapes:
+        n = s["v"].get("n_decode_total", 0)
+        if prev is None or n < prev:
+            inst += 1
+        prev = n
+        s["i"] = inst
     ts = [s["ts"] for s in scrapes]
     doc = json.load(open(a.job))
     jobs = doc.get("jobs", [])
