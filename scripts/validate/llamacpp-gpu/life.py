@@ -37,21 +37,20 @@ def main() -> int:
     smi = smi_samples(os.path.join(out, "smi.csv"))
     idle_mib = min((m for _, m, _ in smi), default=None)
     print("restart timings (life part):")
-    print(f"  {'apply':<20} {'stop->freed s':>13} {'smi freed s':>11} {'spawn->ready s':>14} {'GPU MiB after':>13}  outcome")
+    print(f"  {'apply':<20} {'stop->freed s':>13} {'smi freed s':>11} {'spawn->ready s':>14} {'GPU MiB held':>12}  outcome")
+    applies = []
     for path in sorted(glob.glob(os.path.join(out, "life", "*.jsonl"))):
-        events = []
+        by = {}
         for line in open(path):
             try:
-                events.append(json.loads(line))
+                e = json.loads(line)
             except ValueError:
-                pass
-        by = {}
-        for e in events:
+                continue
             if isinstance(e, dict) and "event" in e:
                 by.setdefault(e["event"], e)
-        if not by:
-            continue
-        name = os.path.basename(path)[:-6]
+        if by:
+            applies.append((os.path.basename(path)[:-6], by))
+    for n, (name, by) in enumerate(applies):
         stop = ""
         smi_freed = ""
         if "stopping" in by and "stopped" in by:
@@ -64,12 +63,15 @@ def main() -> int:
         ready = by.get("ready")
         failed = by.get("failed")
         r = f"{ready['data']['elapsed_s']:.2f}" if ready else "-"
-        mem = ""
+        held = ""
         if ready and smi:
-            after = [m for t, m, _ in smi if t >= ready["unix_ms"] + 500]
-            mem = f"{after[0]:.0f}" if after else ""
+            # the most memory used while this server ran: until the next apply's stop signal
+            nxt = applies[n + 1][1].get("stopping") if n + 1 < len(applies) else None
+            end = nxt["unix_ms"] if nxt else ready["unix_ms"] + 2000
+            during = [m for t, m, _ in smi if ready["unix_ms"] - 200 <= t <= end]
+            held = f"{max(during):.0f}" if during else ""
         outcome = "ready" if ready else ("failed: " + failed["data"].get("summary", "")[:150] if failed else "?")
-        print(f"  {name:<20} {stop:>13} {smi_freed:>11} {r:>14} {mem:>13}  {outcome}")
+        print(f"  {name:<20} {stop:>13} {smi_freed:>11} {r:>14} {held:>12}  {outcome}")
     for kind in ("sweep", "tune"):
         files = sorted(glob.glob(os.path.join(out, kind, "job*.json")))
         for f in files:
