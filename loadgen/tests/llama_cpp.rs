@@ -173,8 +173,9 @@ async fn completions_and_chat_against_llama_server() {
 /// Every level of one runner sends prompts the server has not seen. llama.cpp keeps recent
 /// prompts (in its slots and its `--cache-ram` host cache) and serves a repeated one from
 /// there: when each level replayed the pool from its start, the second level's prompt tokens
-/// were almost all taken from the cache (98 % on an H200, docs/validation/h200.md), so its TTFT
-/// measured a cache, not prefill. The server's own counter says how much it evaluated.
+/// were almost all taken from the cache (282 of 288 here; see docs/validation/h200.md, run 9),
+/// so its TTFT measured a cache, not prefill. The server's own counter says how much it
+/// evaluated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_level_sends_prompts_the_server_has_not_cached() {
     let (llama, url) = start_llama();

@@ -32,8 +32,9 @@ const DURATION_POOL: usize = 1000;
 
 // Levels of one runner take successive prompts from the pool (`prompt_cursor`), not the pool
 // from its start each time: an engine with a prompt cache (llama.cpp's slots and `--cache-ram`,
-// SGLang's radix tree) served the second level's replayed prompts from its cache, and on an
-// H200 run 98 % of a level's prompt tokens were never evaluated (docs/validation/h200.md, run 9).
+// SGLang's radix tree) served the second level's replayed prompts from its cache: 98 % of a
+// level's prompt tokens were never evaluated when run 9 of docs/validation/h200.md was rehearsed
+// against llama-server, which made that level's TTFT a cache's.
 
 /// Runs load levels against one server. Cheap to share: levels run one after another.
 #[derive(Debug)]
