@@ -274,12 +274,18 @@ mod tests {
         let t0 = Instant::now();
         let half = t0 + Duration::from_millis(500);
         // 375 tokens in 0.5 s: 750 tokens/s.
-        assert_eq!(counter_rate(Some((3, t0, 9216.0)), 3, half, 9591.0), Some(750.0));
+        assert_eq!(
+            counter_rate(Some((3, t0, 9216.0)), 3, half, 9591.0),
+            Some(750.0)
+        );
         // No earlier scrape, or one of another engine run (a restart): no rate.
         assert_eq!(counter_rate(None, 3, half, 9591.0), None);
         assert_eq!(counter_rate(Some((2, t0, 9216.0)), 3, half, 40.0), None);
         // The same run's counter never goes down; if it does, count from zero as Prometheus.
-        assert_eq!(counter_rate(Some((3, t0, 100.0)), 3, half, 50.0), Some(100.0));
+        assert_eq!(
+            counter_rate(Some((3, t0, 100.0)), 3, half, 50.0),
+            Some(100.0)
+        );
     }
 
     #[test]

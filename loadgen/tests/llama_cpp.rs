@@ -189,7 +189,12 @@ async fn every_level_sends_prompts_the_server_has_not_cached() {
             .run_level_detailed(i, level, None, CancellationToken::new(), false)
             .await;
         let r = &out.report;
-        assert_eq!((r.completed, r.failed), (6, 0), "{}", failure_story(&out, &llama));
+        assert_eq!(
+            (r.completed, r.failed),
+            (6, 0),
+            "{}",
+            failure_story(&out, &llama)
+        );
         assert_eq!(r.input_tokens, 6 * 48);
         let evaluated = metric(&url, "llamacpp:prompt_tokens_total") - before;
         // A few tokens may be shared (the BOS token, a common first word); a replayed prompt
