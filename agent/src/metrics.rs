@@ -102,6 +102,26 @@ impl ProcessSampler {
     }
 }
 
+/// Tokens/s from the generated-token counter since the previous scrape `prev` (engine
+/// generation, when, value), if that scrape was of the same engine run: a new run's counter
+/// starts again from zero and says nothing about the old one's rate.
+fn counter_rate(
+    prev: Option<(u64, Instant, f64)>,
+    generation: u64,
+    now: Instant,
+    total: f64,
+) -> Option<f64> {
+    let (g, at, before) = prev?;
+    if g != generation {
+        return None;
+    }
+    fleetbench_engines::metrics::rate(
+        Some(before),
+        Some(total),
+        now.duration_since(at).as_secs_f64(),
+    )
+}
+
 /// One subscriber's sampling state.
 pub struct MetricsStream {
     req: agentpb::StreamMetricsRequest,
@@ -109,6 +129,9 @@ pub struct MetricsStream {
     http: HttpClient,
     sup: Supervisor,
     procs: Option<(u64, ProcessSampler)>,
+    /// The engine's generated-token counter at the previous scrape: (engine generation, when,
+    /// value), for engines whose own figure is not the server's throughput.
+    prev_generated: Option<(u64, Instant, f64)>,
 }
 
 impl MetricsStream {
@@ -124,6 +147,7 @@ impl MetricsStream {
             http,
             sup,
             procs: None,
+            prev_generated: None,
         }
     }
 
@@ -139,7 +163,9 @@ impl MetricsStream {
             Vec::new()
         };
         let engine = if self.req.engine {
-            Some(self.scrape(&snap).await)
+            let mut e = self.scrape(&snap).await;
+            self.derive_generation_rate(snap.generation, &mut e);
+            Some(e)
         } else {
             None
         };
@@ -159,6 +185,20 @@ impl MetricsStream {
                 .map(|p| p.config_id.clone())
                 .unwrap_or_default(),
         }
+    }
+
+    /// Engines that export no server-wide generation rate (vLLM; llama.cpp, whose gauge is a
+    /// per-request decode speed) get one from their generated-token counter between this
+    /// stream's scrapes of the same engine run.
+    fn derive_generation_rate(&mut self, generation: u64, e: &mut agentpb::EngineMetrics) {
+        let Some(total) = e.generation_tokens_total.filter(|_| e.scraped) else {
+            return;
+        };
+        let now = Instant::now();
+        if e.generation_tokens_per_s.is_none() {
+            e.generation_tokens_per_s = counter_rate(self.prev_generated, generation, now, total);
+        }
+        self.prev_generated = Some((generation, now, total));
     }
 
     fn process(&mut self, snap: &Snapshot) -> Option<agentpb::ProcessSample> {
@@ -224,6 +264,29 @@ impl MetricsStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The server's rate comes from its counter between two scrapes of one engine run. On the
+    /// H200 (docs/validation/h200.md, run 9) llama.cpp's own `predicted_tokens_seconds` read
+    /// 16 tokens/s (one request's decode speed) while the server generated 750 tokens/s with
+    /// 64 requests in flight.
+    #[test]
+    fn generation_rate_from_the_counter_of_the_same_run() {
+        let t0 = Instant::now();
+        let half = t0 + Duration::from_millis(500);
+        // 375 tokens in 0.5 s: 750 tokens/s.
+        assert_eq!(
+            counter_rate(Some((3, t0, 9216.0)), 3, half, 9591.0),
+            Some(750.0)
+        );
+        // No earlier scrape, or one of another engine run (a restart): no rate.
+        assert_eq!(counter_rate(None, 3, half, 9591.0), None);
+        assert_eq!(counter_rate(Some((2, t0, 9216.0)), 3, half, 40.0), None);
+        // The same run's counter never goes down; if it does, count from zero as Prometheus.
+        assert_eq!(
+            counter_rate(Some((3, t0, 100.0)), 3, half, 50.0),
+            Some(100.0)
+        );
+    }
 
     #[test]
     fn sampler_sees_own_process_tree_cpu_and_memory() {

@@ -15,10 +15,12 @@ pub struct EngineMetricsData {
     pub queued_requests: Option<f64>,
     /// KV-cache usage, 0..1, averaged over ranks / engines.
     pub kv_cache_usage: Option<f64>,
-    /// Generation throughput the engine itself reports (tokens/s). SGLang reports the
-    /// server's recent throughput; llama.cpp only an average per-request decode speed
-    /// (`predicted_tokens_seconds`); vLLM none: derive it with [`rate`] from
-    /// `generation_tokens_total`.
+    /// The server's generation throughput as the engine itself reports it (tokens/s): only
+    /// SGLang does (`gen_throughput`). vLLM has no such gauge, and llama.cpp's
+    /// `predicted_tokens_seconds` is the mean decode speed *per request* over the window since
+    /// the previous scrape by anyone (16 tokens/s on an H200 while the server generated 750
+    /// with 64 requests in flight, and reset by every other scraper): for both, derive it with
+    /// [`rate`] from `generation_tokens_total`, as the agent does.
     pub generation_tokens_per_s: Option<f64>,
     /// Prompt tokens processed since start (counter).
     pub prompt_tokens_total: Option<f64>,
@@ -120,8 +122,9 @@ const LLAMACPP: Mapping = Mapping {
         names: &["llamacpp:kv_cache_usage_ratio"],
         agg: Agg::Mean,
     },
+    // `predicted_tokens_seconds` is a per-request decode speed, not the server's rate (above).
     gen_rate: Rule {
-        names: &["llamacpp:predicted_tokens_seconds"],
+        names: &[],
         agg: Agg::Sum,
     },
     prompt_total: Rule {

@@ -231,6 +231,34 @@ fn llamacpp_recorded_failures() {
     assert!(c.message.contains("/tmp/nonexist.gguf"), "{}", c.message);
 }
 
+/// Recorded on an H200 (CUDA build): a 4,194,304-token context for the Llama-3.1-8B shape asks
+/// for 512 GiB of KV cache. The OOM line names only the size; the class says what did not fit,
+/// which decides the remedy (--ctx-size or -ctk, not -ngl).
+#[test]
+fn llamacpp_cuda_kv_cache_oom_recorded_on_an_h200() {
+    let c = run(
+        EngineKind::Llamacpp,
+        exited(1),
+        "crash/llamacpp_cuda_kv_oom_h200.log",
+    );
+    assert_eq!(c.class, CrashClass::Oom);
+    assert_eq!(
+        c.exception_type,
+        "llama.cpp: KV cache does not fit in GPU memory"
+    );
+    assert_eq!(
+        c.message,
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 524288.00 MiB on device 0: \
+         cudaMalloc failed: out of memory"
+    );
+    assert!(
+        c.summary
+            .starts_with("oom: llama.cpp: KV cache does not fit in GPU memory: ggml_backend"),
+        "{}",
+        c.summary
+    );
+}
+
 #[test]
 fn evidence_beats_the_manner_of_death() {
     // OOM evidence with a startup timeout or a signal is still oom.

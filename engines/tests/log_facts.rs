@@ -121,7 +121,35 @@ fn llamacpp_recorded_verbose_log_has_model_facts() {
     assert_eq!(one(&f, "model_name"), "Smollm2 135M 8k Lc100K Mix1 Ep2");
     assert_eq!(one(&f, "model_file_type"), "Q4_1");
     assert_eq!(one(&f, "kv_cache_mib"), "90.00");
+    // The host prompt cache that served replayed prompts (docs/validation/h200.md, run 9).
+    assert_eq!(one(&f, "prompt_cache_mib"), "8192");
+    assert_eq!(one(&f, "kv_unified"), "false");
     assert_eq!(one(&f, "ready"), "true");
+}
+
+#[test]
+fn llamacpp_recorded_cuda_log_on_an_h200() {
+    // Recorded on a 1xH200: CUDA build, Llama-3.1-8B shape bf16, -ngl 99 -np 64 -c 65536 -fa on,
+    // default verbosity (no device or buffer lines at this level), then the first requests.
+    let f = facts(EngineKind::Llamacpp, "llamacpp/startup_cuda_h200_np64.log");
+    assert_eq!(one(&f, "n_slots"), "64");
+    assert_eq!(one(&f, "n_ctx_slot"), "1024");
+    assert_eq!(one(&f, "kv_unified"), "false");
+    assert_eq!(one(&f, "n_threads"), "16");
+    assert_eq!(one(&f, "ready"), "true");
+}
+
+#[test]
+fn llamacpp_recorded_fit_failure_and_context_overflow() {
+    // Recorded on the H200: --ctx-size 4194304 --fit on -ngl 99; the KV cache then failed.
+    let f = facts(EngineKind::Llamacpp, "crash/llamacpp_cuda_kv_oom_h200.log");
+    assert_eq!(
+        one(&f, "fit_failed"),
+        "n_gpu_layers already set by user to 99, abort"
+    );
+    assert_eq!(one(&f, "n_ctx_seq"), "4194304");
+    assert_eq!(one(&f, "n_ctx_train"), "131072");
+    assert!(f.iter().all(|x| x.key != "ready"), "{f:?}");
 }
 
 #[test]

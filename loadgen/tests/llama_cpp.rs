@@ -1,5 +1,7 @@
 //! The load generator against a real `llama-server` (CPU, SmolLM2-135M): completions and chat,
-//! token counts equal to the server's `usage`, exact prompt lengths through its `/tokenize`.
+//! token counts equal to the server's `usage`, exact prompt lengths through its `/tokenize`, and
+//! prompts the server has not cached at every level (its own `/metrics` counts what it
+//! evaluated).
 
 mod common;
 
@@ -61,6 +63,7 @@ fn start_llama() -> (Llama, String) {
             "2048",
             "-np",
             "2",
+            "--metrics",
         ])
         .stdout(Stdio::null())
         .stderr(log.reopen().expect("log file"))
@@ -76,6 +79,20 @@ fn start_llama() -> (Llama, String) {
         std::thread::sleep(Duration::from_millis(200));
     }
     (guard, format!("http://127.0.0.1:{port}"))
+}
+
+/// A counter of llama-server's `/metrics`.
+fn metric(url: &str, name: &str) -> f64 {
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect for /metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .expect("send /metrics");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).expect("read /metrics");
+    buf.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{buf}"))
 }
 
 /// What a failed level shows: the failed requests (sent, first byte, tokens, error) and the
@@ -150,5 +167,43 @@ async fn completions_and_chat_against_llama_server() {
             }
         }
         assert!(r.ttft_ms.count == 6 && r.itl_ms.count == 6 * 11);
+    }
+}
+
+/// Every level of one runner sends prompts the server has not seen. llama.cpp keeps recent
+/// prompts (in its slots and its `--cache-ram` host cache) and serves a repeated one from
+/// there: when each level replayed the pool from its start, the second level's prompt tokens
+/// were almost all taken from the cache (282 of 288 here; see docs/validation/h200.md, run 9),
+/// so its TTFT measured a cache, not prefill. The server's own counter says how much it
+/// evaluated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_level_sends_prompts_the_server_has_not_cached() {
+    let (llama, url) = start_llama();
+    let levels = vec![Level::closed(1), Level::closed(2), Level::closed(2)];
+    let runner = Runner::new(config(&url, 48, 4, levels.clone(), 6))
+        .await
+        .expect("runner");
+    for (i, level) in levels.iter().enumerate() {
+        let before = metric(&url, "llamacpp:prompt_tokens_total");
+        let out = runner
+            .run_level_detailed(i, level, None, CancellationToken::new(), false)
+            .await;
+        let r = &out.report;
+        assert_eq!(
+            (r.completed, r.failed),
+            (6, 0),
+            "{}",
+            failure_story(&out, &llama)
+        );
+        assert_eq!(r.input_tokens, 6 * 48);
+        let evaluated = metric(&url, "llamacpp:prompt_tokens_total") - before;
+        // A few tokens may be shared (the BOS token, a common first word); a replayed prompt
+        // shares all 48.
+        assert!(
+            evaluated >= 0.9 * r.input_tokens as f64,
+            "level {i}: the server evaluated {evaluated} of {} prompt tokens sent; the rest came \
+             from its prompt cache",
+            r.input_tokens
+        );
     }
 }

@@ -162,6 +162,14 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
                 tb.message.clone(),
                 last_frames(tb),
             ),
+            (CrashClass::Oom, None) if matches!(kind, EngineKind::Llamacpp) => (
+                CrashClass::Oom,
+                patterns::llamacpp_oom_what(&lines)
+                    .map(str::to_string)
+                    .unwrap_or_default(),
+                ev.line.clone(),
+                Vec::new(),
+            ),
             (class, None) => (
                 class,
                 ev.engine_error.clone().unwrap_or_default(),

@@ -147,6 +147,24 @@ fn engine_error_kind(kind: EngineKind, l: &str) -> Option<String> {
     None
 }
 
+/// What llama.cpp failed to fit in GPU memory, from the lines it prints after the failed
+/// allocation (`cudaMalloc failed: out of memory` names only the size). The remedy differs:
+/// a smaller `--ctx-size` or a quantized `--cache-type-k` for the KV cache, fewer
+/// `--n-gpu-layers` for the weights, a smaller `--ubatch-size` for the compute buffers.
+pub(super) fn llamacpp_oom_what(lines: &[String]) -> Option<&'static str> {
+    lines.iter().rev().find_map(|l| {
+        if l.contains("failed to allocate buffer for kv cache") {
+            Some("llama.cpp: KV cache does not fit in GPU memory")
+        } else if l.contains("unable to allocate") && l.contains(" buffer") {
+            Some("llama.cpp: model weights do not fit in GPU memory")
+        } else if l.contains("failed to allocate compute") {
+            Some("llama.cpp: compute buffers do not fit in GPU memory")
+        } else {
+            None
+        }
+    })
+}
+
 /// The evidence that decides the class: the best-ranked class, its first line. For NCCL, a
 /// non-NCCL traceback printed earlier is the cause (the other ranks then time out in their
 /// collectives), so NCCL evidence after a Python error does not count.

@@ -121,6 +121,21 @@ fn llamacpp_aliases_share_rules_and_canonical_names() {
     assert_eq!(canonical_flag(EngineKind::Vllm, "--tp-size"), None);
 }
 
+/// The sampling flags of the H200 runs: host-side sampling was what limited the server.
+#[test]
+fn llamacpp_sampling_flags_are_known() {
+    let rules = builtin_rules(EngineKind::Llamacpp);
+    assert!(check_flag(&rules, "-bs", None).is_ok());
+    assert_eq!(
+        canonical_flag(EngineKind::Llamacpp, "-bs"),
+        Some("--backend-sampling")
+    );
+    assert!(err(EngineKind::Llamacpp, "--backend-sampling", Some("1")).contains("switch"));
+    assert!(check_flag(&rules, "--samplers", Some("top_k;temperature")).is_ok());
+    assert!(check_flag(&rules, "--top-k", Some("1")).is_ok());
+    assert!(err(EngineKind::Llamacpp, "--top-k", Some("-1")).contains(">= 0"));
+}
+
 #[test]
 fn check_flags_stops_at_the_first_bad_flag() {
     let flags = vec![

@@ -31,6 +31,31 @@ static KV_SIZE: LazyLock<Regex> = LazyLock::new(|| {
 static THREADS: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"threadpool init, n_threads = (\d+)").expect("valid regex"));
 
+/// `load_model: initializing, n_slots = 64, n_ctx_slot = 1024, kv_unified = 'false'`: one KV
+/// cache shared by all slots, or a fixed share each (default verbosity, CUDA builds too).
+static KV_UNIFIED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\bkv_unified = '(true|false)'").expect("valid regex"));
+
+/// `common_fit_params: failed to fit params to free device memory: n_gpu_layers already set by
+/// user to 99, abort`: `--fit` (on by default) gave up, so the flags given are used as they are
+/// and may not fit the GPU (recorded on an H200, just before a KV-cache allocation failed).
+static FIT_FAILED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"common_fit_params: failed to fit params to free device memory: (.+?)\s*$")
+        .expect("valid regex")
+});
+
+/// `llama_context: n_ctx_seq (4194304) > n_ctx_train (131072) -- possible training context
+/// overflow`: at default verbosity the only line that gives the context per sequence.
+static CTX_OVERFLOW: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"n_ctx_seq \((\d+)\) > n_ctx_train \((\d+)\)").expect("valid regex")
+});
+
+/// `load_model: prompt cache is enabled, size limit: 8192 MiB` (verbose log): the host-memory
+/// cache that serves a repeated prompt without evaluating it.
+static PROMPT_CACHE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"prompt cache is enabled, size limit: (\d+) MiB").expect("valid regex")
+});
+
 /// llama.cpp's parser. `n_ctx_slot` repeats on every request's log line (and once per slot in
 /// older builds), so slot facts are reported only when their value changes.
 #[derive(Debug, Default)]
@@ -56,7 +81,17 @@ impl LogParser for LlamaCppParser {
             self.n_ctx_slot = Some(c[1].to_string());
             out.push(LogFact::new("n_ctx_slot", &c[1]));
         }
-        if let Some(c) = CONTEXT.captures(msg) {
+        if let Some(c) = KV_UNIFIED.captures(msg) {
+            out.push(LogFact::new("kv_unified", &c[1]));
+        }
+        if let Some(c) = FIT_FAILED.captures(msg) {
+            out.push(LogFact::new("fit_failed", &c[1]));
+        } else if let Some(c) = CTX_OVERFLOW.captures(msg) {
+            out.push(LogFact::new("n_ctx_seq", &c[1]));
+            out.push(LogFact::new("n_ctx_train", &c[2]));
+        } else if let Some(c) = PROMPT_CACHE.captures(msg) {
+            out.push(LogFact::new("prompt_cache_mib", &c[1]));
+        } else if let Some(c) = CONTEXT.captures(msg) {
             out.push(LogFact::new(&c[1], &c[2]));
         } else if let Some(c) = PRINT_INFO.captures(msg) {
             let key = match &c[1] {

@@ -493,10 +493,13 @@ impl Task {
     }
 
     /// Signals the group (stop signal, grace, SIGKILL), reaps the child, and waits until no
-    /// process of the run holds GPU memory.
+    /// process of the run holds GPU memory. `Stopped.took_s` runs from the stop signal until
+    /// that memory is free: the time the next engine has to wait, which is what a restart
+    /// costs (on an H200 a CUDA server's memory can outlive its exit by a fraction of a second).
     async fn release(&mut self) -> Option<Stopped> {
         let mut e = self.engine.take()?;
         let span = tracing::info_span!(parent: &e.span, "engine.stop", pid = i64::from(e.pid), fleetbench.run.id = %e.run_id);
+        let began = std::time::Instant::now();
         let outcome = async {
             let out = stop_sequence(
                 &mut e.tracker,
@@ -511,7 +514,6 @@ impl Task {
                 super::leftover::clear(&self.cfg.data_dir);
             }
             e.output_done.abort();
-            let gpu_wait = Instant::now();
             let gpu_clear = wait_gpu_free(
                 &self.gpus,
                 &e.gpu_before,
@@ -519,22 +521,25 @@ impl Task {
                 self.cfg.release_timeout,
             )
             .await;
+            let took = began.elapsed();
             tracing::info!(
                 killed = out.killed,
                 gone = out.gone,
                 gpu_clear,
-                took_s = out.took.as_secs_f64(),
-                gpu_wait_s = gpu_wait.elapsed().as_secs_f64(),
+                exit_s = out.took.as_secs_f64(),
+                gpu_free_s = (took - out.took.min(took)).as_secs_f64(),
+                took_s = took.as_secs_f64(),
                 "stopped"
             );
-            out
+            (out, took)
         }
         .instrument(span)
         .await;
         self.publish(|s| s.pid = None);
+        let (outcome, took) = outcome;
         Some(Stopped {
             pid: e.pid,
-            took_s: outcome.took.as_secs_f64(),
+            took_s: took.as_secs_f64(),
             killed: outcome.killed,
         })
     }
