@@ -87,6 +87,11 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
                 .or_default()
                 .insert(label(l));
         }
+        // A crashed or failed level is a result of its own (listed with the crashes); its
+        // refused connections say nothing about the config's error rate while it runs.
+        if r.outcome != fleetbench_proto::agentpb::LevelOutcome::Ok as i32 {
+            continue;
+        }
         let e = errors
             .entry((l.config_name.clone(), l.workload.clone()))
             .or_default();
@@ -270,6 +275,7 @@ mod tests {
             }),
             completed: 100,
             sent: 100,
+            outcome: fleetbench_proto::agentpb::LevelOutcome::Ok as i32,
             ..Default::default()
         };
         f(&mut r);
