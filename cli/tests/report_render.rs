@@ -420,6 +420,10 @@ fn a_report_without_telemetry_says_so() {
     let html = std::fs::read_to_string(&files[2]).unwrap();
     assert!(html.contains("No GPU telemetry: the hosts reported no GPUs"));
     assert!(html.contains("No engine metrics were scraped"));
+    assert!(
+        html.contains("What each level's figures cover") && html.contains("<th>error rate</th>"),
+        "every level says what its figures cover"
+    );
     assert_eq!(
         html.matches("<svg").count(),
         5,

@@ -136,12 +136,30 @@ fn level_line(host: &str, config: &str, r: &LevelResult) -> String {
         pct(r, "ttft", "p50"),
         pct(r, "ttft", "p99"),
         pct(r, "itl", "p99"),
-        if r.failed > 0 {
-            format!("  {} errors", r.failed)
-        } else {
-            String::new()
-        }
+        level_notes(r)
     )
+}
+
+/// What a reader of a level's line must know about its figures: failures, a burst, the
+/// engine's cache hits.
+fn level_notes(r: &LevelResult) -> String {
+    let mut out = String::new();
+    if r.failed > 0 {
+        out.push_str(&format!(
+            "  {} errors ({:.1}%)",
+            r.failed,
+            100.0 * r.error_rate
+        ));
+    }
+    if r.burst {
+        out.push_str("  burst");
+    }
+    if let Some(h) = r.prefix_cache.as_ref().and_then(|c| c.hit_rate)
+        && h > 0.0
+    {
+        out.push_str(&format!("  cache hits {:.0}%", 100.0 * h));
+    }
+    out
 }
 
 fn trial_state(t: &TrialEvent) -> TrialState {

@@ -62,6 +62,10 @@ pub(crate) fn render(results: &GetResultsResponse, compare: &CompareResponse) ->
         }
         h.push_str("</div>\n");
     }
+    if !results.levels.is_empty() {
+        h.push_str("<h2>What each level's figures cover</h2>\n<p class=\"meta\">Latency percentiles cover the completed requests inside the measurement window; failed requests count in the error rate, requests intended during the ramp-up or after the window are left out. Cache hits are the engine's own count of prompt tokens served from its prefix cache.</p>\n");
+        h.push_str(&super::protocol::levels_table(results, esc));
+    }
     telemetry(&mut h, results, &colors);
     crashes(&mut h, compare);
     configs(&mut h, results, &colors);

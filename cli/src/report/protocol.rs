@@ -87,6 +87,11 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
                 .or_default()
                 .insert(label(l));
         }
+        // A crashed or failed level is a result of its own (listed with the crashes); its
+        // refused connections say nothing about the config's error rate while it runs.
+        if r.outcome != fleetbench_proto::agentpb::LevelOutcome::Ok as i32 {
+            continue;
+        }
         let e = errors
             .entry((l.config_name.clone(), l.workload.clone()))
             .or_default();
@@ -158,6 +163,51 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
     out
 }
 
+/// What every stored level's figures cover: requests counted and left out (failed, ramp-up,
+/// drain), the window, whether it was a burst, and the engine's prefix-cache figure. `esc`
+/// escapes text for HTML.
+pub(crate) fn levels_table(results: &GetResultsResponse, esc: impl Fn(&str) -> String) -> String {
+    use std::fmt::Write;
+    let mut h = String::from(
+        "<table><tr><th class=\"l\">config</th><th class=\"l\">workload</th><th>repeat</th>\
+         <th class=\"l\">host</th><th class=\"l\">level</th><th>sent</th><th>error rate</th>\
+         <th>left out: failed</th><th>ramp-up</th><th>drain</th><th>window s</th>\
+         <th class=\"l\">burst</th><th>cache hits</th><th class=\"l\">cache reset</th></tr>\n",
+    );
+    for l in &results.levels {
+        let Some(r) = &l.result else { continue };
+        let left = r.left_out.unwrap_or_default();
+        let cache = r.prefix_cache.as_ref();
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td>\
+             <td class=\"l\">{}</td><td>{}</td><td>{:.2}%</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            esc(&l.config_name),
+            esc(&l.workload),
+            l.repeat,
+            esc(&l.host),
+            esc(&label(l)),
+            r.sent,
+            100.0 * r.error_rate,
+            left.failed,
+            left.ramp_up,
+            left.drain,
+            r.window_s
+                .map(|w| format!("{w:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            if r.burst { "burst" } else { "" },
+            cache
+                .and_then(|c| c.hit_rate)
+                .map(|x| format!("{:.1}%", 100.0 * x))
+                .unwrap_or_else(|| "-".into()),
+            esc(cache.map(|c| c.reset.as_str()).unwrap_or("")),
+        );
+    }
+    h.push_str("</table>\n");
+    h
+}
+
 /// Error rate against load, one line per config (mean over repeats), per workload.
 pub(crate) fn error_rate_charts(results: &GetResultsResponse, colors: &Colors) -> Vec<Chart> {
     // workload → config → x → (sum, n)
@@ -225,6 +275,7 @@ mod tests {
             }),
             completed: 100,
             sent: 100,
+            outcome: fleetbench_proto::agentpb::LevelOutcome::Ok as i32,
             ..Default::default()
         };
         f(&mut r);
