@@ -26,7 +26,7 @@ log() { printf '\n== %s\n' "$*"; }
 # is missing).
 PIN=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
 RUSTUP_DIR=${RUSTUP_HOME:-$HOME/.rustup}
-HOST_TRIPLE=$(rustup run stable rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+HOST_TRIPLE=$(rustup run stable rustc -vV 2>/dev/null | sed -n 's/^host: //p' || true)
 if [ -n "$HOST_TRIPLE" ] && [ ! -e "$RUSTUP_DIR/toolchains/$PIN-$HOST_TRIPLE" ] &&
    rustup run stable rustc --version 2>/dev/null | grep -q "^rustc $PIN "; then
   log "registering the installed stable toolchain (rustc $PIN) under the pinned name $PIN"
