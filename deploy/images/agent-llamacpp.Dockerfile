@@ -10,6 +10,7 @@ ARG BASE_IMAGE=ghcr.io/ggml-org/llama.cpp:server-cuda-b11151
 ARG BUILD_IMAGE=ubuntu:22.04
 
 FROM ${BUILD_IMAGE} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
