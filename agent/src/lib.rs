@@ -12,6 +12,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod allow;
 pub mod bench;
 pub mod config;
 pub mod convert;

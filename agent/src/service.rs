@@ -237,7 +237,8 @@ impl Agent for AgentService {
                 .into());
             }
         };
-        let cfg = crate::convert::bench_config(&req, &plan.base_url).map_err(RpcError::from)?;
+        let cfg = crate::convert::bench_config(&req, &plan.base_url, &self.cfg.dataset_roots)
+            .map_err(RpcError::from)?;
         let runner = fleetbench_loadgen::Runner::new(cfg)
             .await
             .map_err(RpcError::from)?;
