@@ -14,6 +14,7 @@
 
 pub mod allow;
 pub mod bench;
+pub mod bounds;
 pub mod config;
 pub mod convert;
 pub mod host;

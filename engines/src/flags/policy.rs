@@ -136,11 +136,7 @@ impl FlagPolicy {
         if v.is_some() {
             return Err(format!("{:?}: a rule names a flag, without '='", rule.name));
         }
-        match self
-            .entries
-            .iter_mut()
-            .find(|e| e.names.contains(&name))
-        {
+        match self.entries.iter_mut().find(|e| e.names.contains(&name)) {
             Some(e) => {
                 e.ty = rule.ty;
                 e.allowed = !e.gated || e.allowed;
