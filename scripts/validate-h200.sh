@@ -39,6 +39,7 @@ kind = "generic"
 program = "$PY"
 args = ["$ROOT/scripts/validate/gpu_load.py", "--host", "{host}", "--port", "{port}"]
 port = $PORT_ENGINE
+models = ["none"]
 start_timeout_s = 180
 grace_s = 15
 flags = [

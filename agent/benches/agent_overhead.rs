@@ -137,7 +137,7 @@ async fn main() {
     std::fs::write(
         &cfg,
         format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n[tls]\ncert = {:?}\nkey = {:?}\nclient_ca = {:?}\n",
+            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n[profiles.sim]\nkind = \"sim\"\nmodels = [\"bench-model\"]\n[tls]\ncert = {:?}\nkey = {:?}\nclient_ca = {:?}\n",
             dir.path().join("data"),
             certs.agent_cert,
             certs.agent_key,

@@ -95,6 +95,9 @@ struct RawConfig {
     log_ring_lines: usize,
     #[serde(default = "default_release_wait")]
     release_timeout_s: f64,
+    /// Directories dataset files (sharegpt, jsonl, trace) must lie under.
+    #[serde(default)]
+    dataset_roots: Vec<PathBuf>,
 }
 
 fn default_listen() -> String {
@@ -127,6 +130,8 @@ pub struct AgentConfig {
     /// How long a stop may wait for the old process group, its port and its GPU memory to be
     /// released before the apply fails.
     pub release_timeout: Duration,
+    /// Dataset files are read only under these (canonical) directories; none by default.
+    pub dataset_roots: crate::allow::DatasetRoots,
 }
 
 impl AgentConfig {
@@ -140,9 +145,19 @@ impl AgentConfig {
             data_dir: data_dir.into(),
             labels: BTreeMap::new(),
             controller: None,
-            profiles: Profile::builtins(),
+            // The embedded agent runs the user's own spec as the user, on loopback, inside
+            // the CLI: any model and any file the user can read. A served agent starts from
+            // the locked-down built-ins instead.
+            profiles: Profile::builtins()
+                .into_iter()
+                .map(|(n, mut p)| {
+                    p.models.any = true;
+                    (n, p)
+                })
+                .collect(),
             log_ring_lines: default_ring(),
             release_timeout: Duration::from_secs_f64(default_release_wait()),
+            dataset_roots: crate::allow::DatasetRoots(vec![PathBuf::from("/")]),
         }
     }
 
@@ -305,6 +320,9 @@ impl AgentConfig {
             });
             c
         });
+        let dataset_roots =
+            crate::allow::canonical_roots("dataset_roots", &raw.dataset_roots, base)
+                .map_err(|m| ConfigError::field("dataset_roots", m))?;
         let mut profiles = Profile::builtins();
         for (name, rp) in raw.profiles {
             let p = Profile::from_raw(&name, rp)?;
@@ -320,6 +338,7 @@ impl AgentConfig {
             profiles,
             log_ring_lines: raw.log_ring_lines,
             release_timeout: Duration::from_secs_f64(raw.release_timeout_s),
+            dataset_roots: crate::allow::DatasetRoots(dataset_roots),
         })
     }
 }

@@ -1,6 +1,5 @@
 //! Conversions between the wire types (`agentpb`) and the engines / loadgen crates.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use fleetbench_engines::EngineKind;
@@ -70,6 +69,10 @@ pub fn describe_flag_type(t: &FlagType) -> String {
         ),
         FlagType::Choice { values } => format!("one of {}", values.join(",")),
         FlagType::String => "string".into(),
+        FlagType::Json { keys } => format!(
+            "json with keys {}",
+            keys.keys().cloned().collect::<Vec<_>>().join(",")
+        ),
     }
 }
 
@@ -101,9 +104,11 @@ pub fn level_from_proto(l: &agentpb::LoadLevel) -> lg::Level {
 }
 
 /// The load generator's configuration for `req` against the engine at `base_url`.
+/// Dataset files are read only under `roots`.
 pub fn bench_config(
     req: &agentpb::RunBenchmarkRequest,
     base_url: &str,
+    roots: &crate::allow::DatasetRoots,
 ) -> Result<lg::BenchConfig, BenchRequestError> {
     use agentpb::run_benchmark_request::Bound;
     use agentpb::workload::Dataset;
@@ -135,7 +140,9 @@ pub fn bench_config(
             }
         }
         Some(Dataset::Sharegpt(s)) => lg::DatasetSpec::ShareGpt {
-            path: PathBuf::from(&s.path),
+            path: roots
+                .check(&s.path)
+                .map_err(|m| bad("workload.sharegpt.path", m))?,
             output_len: (s.output_len > 0).then_some(s.output_len),
         },
         Some(Dataset::SharedPrefix(s)) => lg::DatasetSpec::SharedPrefix {
@@ -146,11 +153,15 @@ pub fn bench_config(
             output_len: s.output_len,
         },
         Some(Dataset::Jsonl(j)) => lg::DatasetSpec::Jsonl {
-            path: PathBuf::from(&j.path),
+            path: roots
+                .check(&j.path)
+                .map_err(|m| bad("workload.jsonl.path", m))?,
             output_len: j.output_len,
         },
         Some(Dataset::Trace(t)) => lg::DatasetSpec::Trace {
-            path: PathBuf::from(&t.path),
+            path: roots
+                .check(&t.path)
+                .map_err(|m| bad("workload.trace.path", m))?,
         },
     };
     if req.levels.is_empty() {
@@ -343,7 +354,7 @@ mod tests {
 
     #[test]
     fn request_maps_to_loadgen_config() {
-        let cfg = bench_config(&req(), "http://127.0.0.1:1").unwrap();
+        let cfg = bench_config(&req(), "http://127.0.0.1:1", &Default::default()).unwrap();
         assert_eq!(cfg.api, lg::Api::Chat);
         assert_eq!(cfg.model, None);
         assert_eq!(
@@ -364,12 +375,14 @@ mod tests {
     fn bad_fields_are_named() {
         let mut r = req();
         r.levels[0].concurrency = Some(0);
-        let err = bench_config(&r, "http://127.0.0.1:1").unwrap_err();
+        let err = bench_config(&r, "http://127.0.0.1:1", &Default::default()).unwrap_err();
         assert!(err.field.starts_with("levels"), "{err}");
         let mut r = req();
         r.workload.as_mut().unwrap().dataset = None;
         assert_eq!(
-            bench_config(&r, "http://x").unwrap_err().field,
+            bench_config(&r, "http://x", &Default::default())
+                .unwrap_err()
+                .field,
             "workload.dataset"
         );
     }

@@ -12,7 +12,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod allow;
 pub mod bench;
+pub mod bounds;
 mod cache;
 pub mod config;
 pub mod convert;

@@ -1,16 +1,18 @@
 //! Engine profiles: what the agent may start, and turning a caller's `EngineSpec` into an argv
 //! (never a shell command line) after checking every part against the profile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use fleetbench_engines::EngineKind;
-use fleetbench_engines::flags::{FlagError, FlagRule, builtin_rules, check_flag};
+use fleetbench_engines::flags::{FlagError, FlagPolicy, FlagRule};
 use fleetbench_proto::agentpb;
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 
+use crate::allow::{EnvRule, MAX_ENV_VARS, ModelAllow, RawEnvEntry, default_env_rules};
 use crate::config::ConfigError;
 pub use crate::program::resolve_program;
 
@@ -34,10 +36,16 @@ pub struct RawProfile {
     flags: Vec<FlagRule>,
     #[serde(default)]
     flags_mode: FlagsMode,
+    /// Risky flags (code, weights or files) this profile turns on, by name.
+    #[serde(default)]
+    allow_flags: Vec<String>,
     models: Option<Vec<String>>,
+    /// Absolute directories model paths may lie under.
+    #[serde(default)]
+    model_roots: Vec<PathBuf>,
     #[serde(default)]
     env: BTreeMap<String, String>,
-    allowed_env: Option<Vec<String>>,
+    allowed_env: Option<Vec<RawEnvEntry>>,
     host: Option<String>,
     port: Option<u16>,
     health_path: Option<String>,
@@ -57,14 +65,16 @@ pub struct Profile {
     pub program: String,
     /// Fixed arguments; `{port}`, `{model}` and `{host}` are substituted.
     pub args: Vec<String>,
-    /// Flags callers may set.
-    pub flag_rules: Vec<FlagRule>,
-    /// Models callers may ask for; `None` allows any.
-    pub models: Option<Vec<String>>,
+    /// Flags callers may set, under every spelling.
+    pub flags: FlagPolicy,
+    /// Settings the fixed arguments pin (canonical flag names): no caller flag may set them.
+    pub pinned: BTreeSet<String>,
+    /// Models callers may ask for; none unless the profile lists them.
+    pub models: ModelAllow,
     /// Environment set for every run of this profile.
     pub env: BTreeMap<String, String>,
-    /// Environment variables callers may set: exact names, or prefixes ending in `*`.
-    pub allowed_env: Vec<String>,
+    /// Environment variables callers may set: exact names with value rules.
+    pub allowed_env: Vec<EnvRule>,
     pub host: String,
     pub port: u16,
     pub health_path: String,
@@ -96,12 +106,6 @@ pub enum RequestError {
     /// A flag or its value broke the profile's rules.
     #[error("{0}")]
     Flag(#[from] FlagError),
-    /// A flag the profile's fixed arguments already set (such as `--port`).
-    #[error("flag {flag:?} is set by the agent from the profile and cannot be given")]
-    FixedFlag { flag: String },
-    /// The same flag twice.
-    #[error("flag {flag:?} is given more than once")]
-    DuplicateFlag { flag: String },
     /// An environment variable the profile does not let callers set.
     #[error(
         "environment variable {var:?} is not allowed by profile {profile:?} (allowed: {allowed})"
@@ -111,6 +115,16 @@ pub enum RequestError {
         profile: String,
         allowed: String,
     },
+    /// An allowed environment variable with a value its rule refuses.
+    #[error("environment variable {var:?}: expected {expected}, got {got:?}")]
+    EnvValue {
+        var: String,
+        expected: String,
+        got: String,
+    },
+    /// More environment variables than any engine needs.
+    #[error("env: at most {MAX_ENV_VARS} variables, got {0}")]
+    TooManyEnv(usize),
     /// The profile's program cannot be found or run.
     #[error("program {program:?} of profile {profile:?}: {reason}")]
     Program {
@@ -141,21 +155,6 @@ pub struct LaunchPlan {
     pub spec: agentpb::EngineSpec,
 }
 
-fn default_allowed_env(kind: EngineKind) -> Vec<String> {
-    let mut v: Vec<String> = match kind {
-        EngineKind::Sglang => vec!["SGLANG_*", "NCCL_*", "TORCH_*"],
-        EngineKind::Vllm => vec!["VLLM_*", "NCCL_*", "TORCH_*"],
-        EngineKind::Llamacpp => vec!["LLAMA_ARG_*", "GGML_*"],
-        EngineKind::Sim => vec!["FLEETBENCH_SIM_*"],
-        EngineKind::Generic => vec![],
-    }
-    .into_iter()
-    .map(String::from)
-    .collect();
-    v.push("CUDA_VISIBLE_DEVICES".into());
-    v
-}
-
 fn parse_signal(s: &str) -> Option<Signal> {
     let up = s.trim().to_ascii_uppercase();
     let full = if up.starts_with("SIG") {
@@ -182,7 +181,9 @@ impl Profile {
                     args: None,
                     flags: Vec::new(),
                     flags_mode: FlagsMode::Extend,
+                    allow_flags: Vec::new(),
                     models: None,
+                    model_roots: Vec::new(),
                     env: BTreeMap::new(),
                     allowed_env: None,
                     host: None,
@@ -234,20 +235,51 @@ impl Profile {
         let args = raw
             .args
             .unwrap_or_else(|| d.fixed_args.iter().map(|a| a.to_string()).collect());
-        let mut flag_rules = match raw.flags_mode {
-            FlagsMode::Extend => builtin_rules(raw.kind),
-            FlagsMode::Replace => Vec::new(),
+        let mut flags = match raw.flags_mode {
+            FlagsMode::Extend => FlagPolicy::builtin(raw.kind),
+            FlagsMode::Replace => FlagPolicy::known(raw.kind),
         };
         for (i, rule) in raw.flags.into_iter().enumerate() {
-            if !rule.name.starts_with('-') {
+            flags
+                .add_rule(rule)
+                .map_err(|e| ConfigError::field(format!("{}[{i}].name", field("flags")), e))?;
+        }
+        for (i, name) in raw.allow_flags.iter().enumerate() {
+            flags
+                .allow(name)
+                .map_err(|e| ConfigError::field(format!("{}[{i}]", field("allow_flags")), e))?;
+        }
+        let pinned = flags.pinned(&args);
+        let mut names = raw.models.unwrap_or_default();
+        let any = names.iter().any(|m| m == "*");
+        names.retain(|m| m != "*");
+        for r in &raw.model_roots {
+            if !r.is_absolute() {
                 return Err(ConfigError::field(
-                    format!("{}[{i}].name", field("flags")),
-                    format!("{:?} must start with '-'", rule.name),
+                    field("model_roots"),
+                    format!("{} is not an absolute path", r.display()),
                 ));
             }
-            flag_rules.retain(|r| r.name != rule.name);
-            flag_rules.push(rule);
         }
+        let roots = crate::allow::canonical_roots(
+            &field("model_roots"),
+            &raw.model_roots,
+            std::path::Path::new("/"),
+        )
+        .map_err(|e| ConfigError::field(field("model_roots"), e))?;
+        let models = ModelAllow { names, roots, any };
+        let allowed_env = match raw.allowed_env {
+            None => default_env_rules(raw.kind),
+            Some(entries) => entries
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    EnvRule::from_raw(e).map_err(|m| {
+                        ConfigError::field(format!("{}[{i}]", field("allowed_env")), m)
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
         let host = raw.host.unwrap_or_else(|| "127.0.0.1".into());
         let port = raw.port.unwrap_or(d.default_port);
         let health_path = raw.health_path.unwrap_or_else(|| d.health_path.to_string());
@@ -301,12 +333,11 @@ impl Profile {
             kind: raw.kind,
             program,
             args,
-            flag_rules,
-            models: raw.models.filter(|m| !m.iter().any(|x| x == "*")),
+            flags,
+            pinned,
+            models,
             env: raw.env,
-            allowed_env: raw
-                .allowed_env
-                .unwrap_or_else(|| default_allowed_env(raw.kind)),
+            allowed_env,
             host,
             port,
             health_path,
@@ -331,22 +362,14 @@ impl Profile {
                 profile: self.name.clone(),
             });
         }
-        if !model.is_empty() {
-            let listed = self
-                .models
-                .as_ref()
-                .is_none_or(|m| m.iter().any(|x| x == model));
-            if model.starts_with('-') || !listed {
-                return Err(RequestError::ModelNotAllowed {
-                    model: model.to_string(),
-                    profile: self.name.clone(),
-                    allowed: self
-                        .models
-                        .as_ref()
-                        .map(|m| format!(" (allowed: {})", m.join(", ")))
-                        .unwrap_or_default(),
-                });
-            }
+        if !model.is_empty()
+            && let Err(why) = self.models.check(model)
+        {
+            return Err(RequestError::ModelNotAllowed {
+                model: model.chars().take(200).collect(),
+                profile: self.name.clone(),
+                allowed: format!(": {why} (allowed: {})", self.models.describe()),
+            });
         }
         let port = if spec.port == 0 {
             self.port
@@ -367,60 +390,47 @@ impl Profile {
         };
         let fixed: Vec<String> = self.args.iter().map(|a| subst(a)).collect();
 
+        let checked = self.flags.check_all(
+            spec.flags
+                .iter()
+                .map(|f| (f.name.as_str(), f.value.as_deref())),
+            &self.pinned,
+        )?;
         let mut flags: Vec<(String, Option<String>)> = Vec::new();
         let mut flag_args: Vec<String> = Vec::new();
-        for f in &spec.flags {
-            let name = f.name.trim().to_string();
-            let value = f.value.clone();
-            if fixed
-                .iter()
-                .any(|a| a == &name || a.starts_with(&format!("{name}=")))
-            {
-                return Err(RequestError::FixedFlag { flag: name });
-            }
-            if flags.iter().any(|(n, _)| n == &name) {
-                return Err(RequestError::DuplicateFlag { flag: name });
-            }
-            check_flag(&self.flag_rules, &name, value.as_deref())?;
-            // A string value that starts with '-' would be read by the engine as another flag.
-            if let Some(v) = &value
-                && v.starts_with('-')
-                && v.parse::<f64>().is_err()
-            {
-                return Err(RequestError::Flag(FlagError::BadValue {
-                    flag: name,
-                    expected: "a value that does not start with '-'".into(),
-                    got: v.clone(),
-                }));
-            }
-            flag_args.push(name.clone());
-            if let Some(v) = &value {
-                flag_args.push(v.clone());
-            }
-            flags.push((name, value));
+        for c in checked {
+            // The canonical name, so the engine sees exactly the flag that was checked.
+            flag_args.push(c.canonical.clone());
+            flag_args.extend(c.value.clone());
+            flags.push((c.canonical, c.value));
         }
 
+        if spec.env.len() > MAX_ENV_VARS {
+            return Err(RequestError::TooManyEnv(spec.env.len()));
+        }
         let mut env = self.env.clone();
         let mut spec_env: BTreeMap<String, String> = BTreeMap::new();
         for (k, v) in &spec.env {
-            let allowed = self
-                .allowed_env
-                .iter()
-                .any(|pat| match pat.strip_suffix('*') {
-                    Some(prefix) => k.starts_with(prefix),
-                    None => pat == k,
-                });
-            if !allowed {
+            let Some(rule) = self.allowed_env.iter().find(|r| &r.name == k) else {
                 return Err(RequestError::EnvNotAllowed {
-                    var: k.clone(),
+                    var: k.chars().take(200).collect(),
                     profile: self.name.clone(),
                     allowed: if self.allowed_env.is_empty() {
                         "none".into()
                     } else {
-                        self.allowed_env.join(", ")
+                        self.allowed_env
+                            .iter()
+                            .map(|r| r.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     },
                 });
-            }
+            };
+            rule.check(v).map_err(|expected| RequestError::EnvValue {
+                var: k.clone(),
+                expected,
+                got: v.chars().take(200).collect(),
+            })?;
             spec_env.insert(k.clone(), v.clone());
             env.insert(k.clone(), v.clone());
         }
@@ -459,14 +469,15 @@ impl Profile {
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_else(|e| format!("{} ({e})", self.program)),
             flags: self
-                .flag_rules
+                .flags
+                .rules()
                 .iter()
                 .map(|r| agentpb::FlagRuleInfo {
                     name: r.name.clone(),
                     r#type: crate::convert::describe_flag_type(&r.ty),
                 })
                 .collect(),
-            allows_any_model: self.models.is_none(),
+            allows_any_model: self.models.any,
         }
     }
 }
@@ -529,13 +540,35 @@ mod tests {
         let err = p
             .plan(&spec(&[("--n", Some("1")), ("--n", Some("2"))]))
             .unwrap_err();
-        assert!(matches!(err, RequestError::DuplicateFlag { .. }), "{err}");
+        assert!(
+            matches!(err, RequestError::Flag(FlagError::Repeated { .. })),
+            "{err}"
+        );
     }
 
     #[test]
     fn env_and_models_are_checked() {
-        let p = generic("allowed_env = [\"FOO_*\"]\nmodels = [\"m1\"]\n");
+        let err = crate::config::profile_from_toml(
+            "g",
+            "kind = \"generic\"\nprogram = \"/bin/sleep\"\nallowed_env = [\"FOO_*\"]\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("prefixes are not allowed"),
+            "{err}"
+        );
+        let p = generic(
+            "allowed_env = [\"FOO_BAR\", { name = \"LEVEL\", type = \"choice\", values = [\"a\"] }]\nmodels = [\"m1\"]\n",
+        );
         let mut s = spec(&[]);
+        s.env.insert("LEVEL".into(), "b".into());
+        let err = p.plan(&s).unwrap_err();
+        assert!(err.to_string().contains("expected one of a"), "{err}");
+        s.env.insert("LEVEL".into(), "a".into());
+        s.env.insert("FOO_BAR".into(), "/etc/passwd".into());
+        let err = p.plan(&s).unwrap_err();
+        assert!(err.to_string().contains("no paths"), "{err}");
+        s.env.clear();
         s.env.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
         let err = p.plan(&s).unwrap_err();
         assert!(err.to_string().contains("LD_PRELOAD"), "{err}");

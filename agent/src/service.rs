@@ -102,6 +102,8 @@ impl Agent for AgentService {
         let spec = req
             .spec
             .ok_or_else(|| Status::invalid_argument("spec: missing"))?;
+        crate::bounds::check_apply(&spec, &req.run_id)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let profile = self.cfg.profiles.get(&spec.profile).ok_or_else(|| {
             RpcError::from(RequestError::UnknownProfile {
                 profile: spec.profile.clone(),
@@ -226,6 +228,7 @@ impl Agent for AgentService {
         request: Request<agentpb::RunBenchmarkRequest>,
     ) -> Result<Response<Self::RunBenchmarkStream>, Status> {
         let req = request.into_inner();
+        crate::bounds::check_benchmark(&req).map_err(RpcError::from)?;
         let snap = self.sup.snapshot();
         let plan = match (&snap.plan, snap.state) {
             (Some(p), agentpb::EngineState::Ready) => p.clone(),
@@ -237,7 +240,8 @@ impl Agent for AgentService {
                 .into());
             }
         };
-        let cfg = crate::convert::bench_config(&req, &plan.base_url).map_err(RpcError::from)?;
+        let cfg = crate::convert::bench_config(&req, &plan.base_url, &self.cfg.dataset_roots)
+            .map_err(RpcError::from)?;
         let runner = crate::convert::runner(&req, cfg)
             .await
             .map_err(RpcError::from)?;

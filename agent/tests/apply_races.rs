@@ -9,7 +9,8 @@ use common::*;
 use fleetbench_proto::agentpb::{self, engine_event::Event};
 use tokio_stream::StreamExt;
 
-const SLOW_PROFILE: &str = "[profiles.slowsim]\nkind = \"sim\"\nstart_timeout_s = 7\ngrace_s = 2\n";
+const SLOW_PROFILE: &str =
+    "[profiles.slowsim]\nkind = \"sim\"\nstart_timeout_s = 7\ngrace_s = 2\nmodels = [\"m\"]\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_start_reports_waiting_then_fails_as_startup_timeout() {

@@ -160,7 +160,8 @@ fn agent_as_uid_10001_in_its_own_pid_namespace_starts_and_restarts_an_engine() {
     std::fs::write(
         &cfg,
         format!(
-            "listen = \"127.0.0.1:{port}\"\ninsecure = true\ndata_dir = \"{}\"\n",
+            "listen = \"127.0.0.1:{port}\"\ninsecure = true\ndata_dir = \"{}\"\n\
+             [profiles.sim]\nkind = \"sim\"\nmodels = [\"sim-model\"]\n",
             data.display()
         ),
     )

@@ -152,3 +152,31 @@ fn ctrl_c_cancels_the_job_and_exits_130() {
         "{text}"
     );
 }
+
+/// Issue 13: a dry run of `repeats = 4000000000` aborted asking for 96 GB of trials. Now it is
+/// refused by name before anything is expanded, under an 8 GB address-space limit.
+#[test]
+fn a_dry_run_of_huge_repeats_is_refused_without_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = SPEC.replace("name = \"tiny\"", "name = \"tiny\"\nrepeats = 4000000000");
+    std::fs::write(dir.path().join("huge.toml"), huge).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 8000000 && exec {:?} run --dry-run huge.toml",
+            env!("CARGO_BIN_EXE_fleetbench")
+        ))
+        .current_dir(dir.path())
+        .env_remove("FLEETBENCH_CONTROLLER")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.contains("huge.toml:2: repeats: must be between 1 and 100, got 4000000000"),
+        "{all}"
+    );
+    assert!(!all.contains("memory allocation"), "{all}");
+}

@@ -24,9 +24,10 @@ async fn a_registered_agent_runs_jobs_and_survives_a_controller_restart() {
             "name = \"self\"\nlisten = \"127.0.0.1:{agent_port}\"\ninsecure = true\n\
              data_dir = \"{}\"\nlabels = {{ pool = \"test\" }}\n\
              [controller]\naddress = \"http://{listen}\"\nadvertise = \"127.0.0.1:{agent_port}\"\n\
-             [profiles.sim]\nkind = \"sim\"\nport = {}\n",
+             [profiles.sim]\nkind = \"sim\"\nport = {}\n{}\n",
             dir.path().join("self").display(),
-            fleetbench_testkit::free_port()
+            fleetbench_testkit::free_port(),
+            fleetbench_testkit::process::SIM_MODELS,
         ),
     );
     let mut c = client(ctl.addr).await;

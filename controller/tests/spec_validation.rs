@@ -186,3 +186,41 @@ fn an_error_without_a_line_prints_without_one() {
         ]
     );
 }
+
+#[test]
+fn bad_bounds_huge() {
+    assert_errors(
+        "bad_bounds_huge.toml",
+        &[
+            "bad_bounds_huge.toml:4: repeats: must be between 1 and 100, got 4000000000",
+            "bad_bounds_huge.toml:4: repeats: the job expands to 8000000000 trials (configs x workloads x repeats); at most 10000",
+            "bad_bounds_huge.toml:7: hosts.gpu_count: must be between 1 and 1024, got 100000",
+            "bad_bounds_huge.toml:17: workloads[0].input_len: must be between 1 and 1048576, got 4000000000",
+            "bad_bounds_huge.toml:18: workloads[0].output_len: must be between 1 and 1048576, got 2000000",
+            "bad_bounds_huge.toml:24: workloads[1].prompts_per_group: groups x prompts_per_group is 10000000000; at most 1000000",
+            "bad_bounds_huge.toml:25: workloads[1].prefix_len: must be between 1 and 1048576, got 4000000000",
+            "bad_bounds_huge.toml:30: load.request_rate[0]: must be between 0.01 and 100000, got 1e300",
+            "bad_bounds_huge.toml:30: load.request_rate[1]: 4000000000 requests at 5 per second take 800000000 s; a level may take at most 604800 s",
+            "bad_bounds_huge.toml:31: load.max_concurrency: must be between 1 and 65536, got 4000000000",
+            "bad_bounds_huge.toml:32: load.burstiness: must be between 0.01 and 100, got 1e9",
+            "bad_bounds_huge.toml:33: load.warmup: must be between 0 and 100000, got 4000000000",
+            "bad_bounds_huge.toml:34: load.requests: must be between 1 and 1000000, got 4000000000",
+            "bad_bounds_huge.toml:35: load.percentiles: at most 32 entries, got 33",
+            "bad_bounds_huge.toml:38: load.slo.ttft_ms: must be between 0.001 and 3600000, got 1e300",
+        ],
+    );
+}
+
+#[test]
+fn bad_bounds_tiny() {
+    assert_errors(
+        "bad_bounds_tiny.toml",
+        &[
+            "bad_bounds_tiny.toml:17: load.request_rate[0]: must be between 0.01 and 100000, got 1e-300",
+            "bad_bounds_tiny.toml:17: load.request_rate[1]: must be between 0.01 and 100000, got 0.001",
+            "bad_bounds_tiny.toml:18: load.burstiness: must be between 0.01 and 100, got 1e-300",
+            "bad_bounds_tiny.toml:19: load.duration: seconds must be between 0.1 and 86400, got 0.001",
+            "bad_bounds_tiny.toml:22: load.slo.itl_ms: must be between 0.001 and 3600000, got 1e-300",
+        ],
+    );
+}

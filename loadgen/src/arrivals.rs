@@ -22,7 +22,7 @@ pub fn schedule(n: usize, rate: f64, burstiness: f64, seed: u64) -> Vec<Duration
     gaps.into_iter()
         .map(|g| {
             t += g * scale;
-            Duration::from_secs_f64(t)
+            Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX)
         })
         .collect()
 }
@@ -38,7 +38,7 @@ pub fn schedule_for(span: Duration, rate: f64, burstiness: f64, seed: u64) -> Ve
         if t > span.as_secs_f64() {
             return out;
         }
-        out.push(Duration::from_secs_f64(t));
+        out.push(Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX));
     }
 }
 

@@ -294,20 +294,33 @@ impl BenchConfig {
     }
 }
 
+/// Open-loop rates and gamma shapes the load generator accepts (the agent and the controller
+/// apply the narrower ranges of `fleetbench_proto::limits`).
+const MIN_RATE: f64 = 1e-3;
+const MAX_RATE: f64 = 1e6;
+const MIN_BURSTINESS: f64 = 1e-3;
+const MAX_BURSTINESS: f64 = 1e3;
+
 fn validate_level(level: &Level) -> Result<(), String> {
     match (level.concurrency, level.request_rate) {
         (None, None) => return Err("needs a concurrency or a request rate".into()),
         (Some(0), _) => return Err("concurrency must be at least 1".into()),
         _ => {}
     }
+    // Bounded, not just positive: 1e-300 makes an inter-arrival time no `Duration` holds, and
+    // 1e300 per second makes a timed level's schedule unbounded in memory.
     if let Some(rate) = level.request_rate
-        && !(rate.is_finite() && rate > 0.0)
+        && !(rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&rate))
     {
-        return Err(format!("request rate {rate} is not a positive number"));
-    }
-    if !(level.burstiness.is_finite() && level.burstiness > 0.0) {
         return Err(format!(
-            "burstiness {} is not a positive number",
+            "request rate {rate:e} is outside {MIN_RATE}..{MAX_RATE} per second"
+        ));
+    }
+    if !(level.burstiness.is_finite()
+        && (MIN_BURSTINESS..=MAX_BURSTINESS).contains(&level.burstiness))
+    {
+        return Err(format!(
+            "burstiness {:e} is outside {MIN_BURSTINESS}..{MAX_BURSTINESS}",
             level.burstiness
         ));
     }

@@ -23,10 +23,20 @@ pub(crate) struct Event {
     pub malformed: bool,
 }
 
+/// The longest SSE line kept across chunks. A server that never sends a newline would otherwise
+/// grow the buffer without bound; past this the event is reported malformed and the rest of
+/// the line skipped.
+pub(crate) const MAX_LINE: usize = 1 << 20;
+
+/// The payload passed with the malformed event that reports an over-long line.
+pub(crate) const OVERSIZE: &[u8] = b"(an SSE line longer than 1 MiB)";
+
 /// Splits a byte stream into `data:` payloads; one per stream slot, reused across requests.
 #[derive(Debug)]
 pub(crate) struct SseScanner {
     partial: Vec<u8>,
+    /// Skipping the rest of an over-long line.
+    skipping: bool,
     keys: Keys,
 }
 
@@ -49,6 +59,7 @@ impl Default for SseScanner {
     fn default() -> Self {
         SseScanner {
             partial: Vec::with_capacity(1024),
+            skipping: false,
             keys: Keys {
                 usage: Finder::new(b"\"usage\":"),
                 prompt_tokens: Finder::new(b"\"prompt_tokens\":"),
@@ -69,16 +80,50 @@ impl SseScanner {
     /// Forgets a partial line (between requests).
     pub fn reset(&mut self) {
         self.partial.clear();
+        self.skipping = false;
+    }
+
+    fn oversize(&mut self, on_event: &mut impl FnMut(Event, &[u8]) -> bool) {
+        self.partial.clear();
+        self.skipping = true;
+        let ev = Event {
+            malformed: true,
+            ..Event::default()
+        };
+        on_event(ev, OVERSIZE);
     }
 
     /// Feeds bytes as they arrived; calls `on_event` with each complete `data:` payload's
     /// [`Event`] and the raw payload. Stops early when `on_event` returns `false`.
     pub fn feed(&mut self, mut chunk: &[u8], mut on_event: impl FnMut(Event, &[u8]) -> bool) {
+        if self.skipping {
+            match memchr::memchr(b'\n', chunk) {
+                None => return,
+                Some(nl) => {
+                    chunk = &chunk[nl + 1..];
+                    self.skipping = false;
+                }
+            }
+        }
         if !self.partial.is_empty() {
             match memchr::memchr(b'\n', chunk) {
+                None if self.partial.len() + chunk.len() > MAX_LINE => {
+                    return self.oversize(&mut on_event);
+                }
                 None => {
                     self.partial.extend_from_slice(chunk);
                     return;
+                }
+                Some(nl) if self.partial.len() + nl > MAX_LINE => {
+                    self.partial.clear();
+                    chunk = &chunk[nl + 1..];
+                    let ev = Event {
+                        malformed: true,
+                        ..Event::default()
+                    };
+                    if !on_event(ev, OVERSIZE) {
+                        return;
+                    }
                 }
                 Some(nl) => {
                     self.partial.extend_from_slice(&chunk[..nl]);
@@ -98,6 +143,9 @@ impl SseScanner {
                 return;
             }
             chunk = &chunk[nl + 1..];
+        }
+        if chunk.len() > MAX_LINE {
+            return self.oversize(&mut on_event);
         }
         self.partial.extend_from_slice(chunk);
     }
@@ -275,5 +323,35 @@ mod tests {
         ]);
         assert_eq!(e[0].usage, None);
         assert!(e[0].has_content);
+    }
+
+    #[test]
+    fn a_line_without_end_is_capped_and_reported_once() {
+        let mut s = SseScanner::default();
+        let mut seen = Vec::new();
+        let junk = vec![b'x'; 64 * 1024];
+        // 2 MiB without a newline, in 64 KiB chunks, then a good event.
+        for _ in 0..32 {
+            s.feed(&junk, |ev, raw| {
+                seen.push((ev, raw.to_vec()));
+                true
+            });
+            assert!(s.partial.len() <= MAX_LINE);
+        }
+        s.feed(b"still junk\ndata: [DONE]\n", |ev, raw| {
+            seen.push((ev, raw.to_vec()));
+            true
+        });
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[0].0.malformed && seen[0].1 == OVERSIZE);
+        assert!(seen[1].0.done);
+        // One chunk longer than the cap with no newline: reported, not kept.
+        let mut s = SseScanner::default();
+        let mut n = 0;
+        s.feed(&vec![b'y'; MAX_LINE + 1], |ev, _| {
+            n += usize::from(ev.malformed);
+            true
+        });
+        assert_eq!((n, s.partial.len()), (1, 0));
     }
 }

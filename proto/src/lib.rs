@@ -19,6 +19,8 @@ pub mod controller {
     }
 }
 
+pub mod limits;
+
 pub use agent::v1 as agentpb;
 pub use controller::v1 as controllerpb;
 

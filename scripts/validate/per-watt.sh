@@ -24,6 +24,7 @@ data_dir = "$WORK/agent"
 [profiles.sim]
 kind = "sim"
 port = 18081
+models = ["fleetbench/sim-moe-30b-a3b"]
 TOML
 cat > "$WORK/controller.toml" <<TOML
 listen = "127.0.0.1:17070"

@@ -165,10 +165,14 @@ impl Launch {
 pub fn sim_agent_config(name: &str, data: &Path, sim_port: u16, security: &str) -> String {
     format!(
         "name = \"{name}\"\nlisten = \"127.0.0.1:0\"\n{security}\ndata_dir = \"{}\"\n\
-         [profiles.sim]\nkind = \"sim\"\nport = {sim_port}\n",
+         [profiles.sim]\nkind = \"sim\"\nport = {sim_port}\n{SIM_MODELS}\n",
         data.display()
     )
 }
+
+/// The model names the test fleets' simulated engines may be asked for: a served agent allows
+/// no model unless its profile lists it.
+pub const SIM_MODELS: &str = "models = [\"sim-model\", \"m\", \"/m\", \"fleetbench/sim-moe-30b-a3b\", \"fleetbench/sim-dense-8b\"]";
 
 /// An agent launch with this whole config, written to `dir/name/agent.toml` (its data
 /// directory `dir/name`, its log `dir/name/agent.log`).

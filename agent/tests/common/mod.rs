@@ -27,11 +27,13 @@ impl Agent {
         let dir = tempfile::tempdir()?;
         let certs = generate_dev_certs(&dir.path().join("certs"), &[], false)?;
         let config = format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = {data:?}\nrelease_timeout_s = 20\n{extra}\n\n[tls]\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {ca:?}\n",
+            "listen = \"127.0.0.1:0\"\ndata_dir = {data:?}\nrelease_timeout_s = 20\ndataset_roots = [{root:?}]\n{extra}\n\n[profiles.sim]\nkind = \"sim\"\n{models}\n\n[tls]\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {ca:?}\n",
             data = dir.path().join("data"),
+            root = dir.path(),
             cert = certs.agent_cert,
             key = certs.agent_key,
             ca = certs.ca_cert,
+            models = fleetbench_testkit::process::SIM_MODELS,
         );
         let cfg_path = dir.path().join("agent.toml");
         std::fs::write(&cfg_path, config)?;

@@ -3,7 +3,7 @@
 //! before any engine restarts.
 
 use fleetbench_engines::EngineKind;
-use fleetbench_engines::flags::{FlagError, FlagType, builtin_rules, check_flag};
+use fleetbench_engines::flags::{FlagError, FlagPolicy, FlagType, builtin_rules, check_flag};
 
 use super::walk::suggest;
 
@@ -25,6 +25,20 @@ pub(crate) fn check(
 ) -> Result<(), Problem> {
     if kind == EngineKind::Generic {
         return Ok(());
+    }
+    // A risky flag (remote code, JSON configs, loaders) is off on the built-in profile: say so
+    // and how to turn it on, rather than "not a flag".
+    if let Err(e @ FlagError::Gated { .. }) =
+        FlagPolicy::builtin(kind).check(name, value, &Default::default())
+    {
+        return if default_profile {
+            Err(Problem {
+                about_name: true,
+                message: e.to_string(),
+            })
+        } else {
+            Ok(())
+        };
     }
     let rules = builtin_rules(kind);
     match check_flag(&rules, name, value) {
@@ -67,5 +81,9 @@ pub(crate) fn check(
                 message: format!("expected {expected}, got {got}{hint}"),
             })
         }
+        Err(other) => Err(Problem {
+            about_name: true,
+            message: other.to_string(),
+        }),
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use fleetbench_engines::EngineKind;
 
+mod bounds;
 mod configs;
 mod error;
 mod flags;

@@ -53,6 +53,9 @@ pub(crate) fn parse_ext<T>(
         path: String::new(),
     };
     let spec = job(&mut ctx, &root, key);
+    if let Some(spec) = &spec {
+        super::bounds::check(&mut ctx, &root, spec);
+    }
     let table = match root.get(key) {
         Some(_) if !key.is_empty() => root.table(&mut ctx, key),
         _ => None,

@@ -20,6 +20,11 @@ pub enum FlagType {
     Choice { values: Vec<String> },
     /// Any string.
     String,
+    /// A flat JSON object whose keys must be listed (see [`json`]).
+    Json {
+        #[serde(default)]
+        keys: std::collections::BTreeMap<String, JsonKey>,
+    },
 }
 
 /// One flag a caller may set.
@@ -43,9 +48,31 @@ pub enum FlagError {
         expected: String,
         got: String,
     },
+    /// A flag that can load or run code or files, which the profile does not name.
+    #[error(
+        "flag {flag:?} is off: it can load code or files, so a profile must name {canonical:?} in allow_flags"
+    )]
+    Gated { flag: String, canonical: String },
+    /// An abbreviation that fits more than one flag.
+    #[error("flag {flag:?} is ambiguous: it abbreviates {candidates}")]
+    Ambiguous { flag: String, candidates: String },
+    /// A flag the profile's fixed arguments set, under any spelling.
+    #[error("flag {flag:?} is set by the agent from the profile and cannot be given")]
+    Pinned { flag: String },
+    /// The same setting twice (an alias, a prefix, or `--no-x` after `--x`).
+    #[error("flag {flag:?} is given more than once (as {canonical:?})")]
+    Repeated { flag: String, canonical: String },
+    /// A name that is not a flag at all (no leading '-', whitespace, too long).
+    #[error("flag {flag:?} is malformed: {reason}")]
+    Malformed { flag: String, reason: String },
 }
 
+pub mod json;
+mod policy;
 mod tables;
+
+pub use json::{JsonKey, check_json};
+pub use policy::{Checked, FlagPolicy, MAX_FLAG_VALUE_LEN};
 
 pub use tables::{
     SGLANG_ATTENTION_BACKENDS, SGLANG_KV_CACHE_DTYPES, SGLANG_MOE_RUNNER_BACKENDS, builtin_rules,
@@ -73,6 +100,24 @@ impl FlagType {
             FlagType::Float { min, max } => format!("a number{}", bounds(min, max)),
             FlagType::Choice { values } => format!("one of {}", values.join(", ")),
             FlagType::String => "a value".to_string(),
+            FlagType::Json { keys } if keys.is_empty() => {
+                "a JSON object (the profile allows no keys yet)".to_string()
+            }
+            FlagType::Json { keys } => format!(
+                "a JSON object with keys from {}",
+                keys.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
+    /// Checks `value` (`None` = given without a value); the error says what was expected.
+    pub(crate) fn check_value(&self, value: Option<&str>) -> Result<(), String> {
+        match (self, value) {
+            (FlagType::Json { keys }, Some(v)) => check_json(keys, v),
+            (ty, v) if ty.accepts(v) => Ok(()),
+            (FlagType::Switch, _) => Err(self.expected()),
+            (ty, None) => Err(format!("{} (the flag needs a value)", ty.expected())),
+            (ty, Some(_)) => Err(ty.expected()),
         }
     }
 
@@ -90,6 +135,7 @@ impl FlagType {
             }),
             (FlagType::Choice { values }, Some(v)) => values.iter().any(|c| choice_matches(c, v)),
             (FlagType::String, Some(v)) => !v.is_empty(),
+            (FlagType::Json { keys }, Some(v)) => check_json(keys, v).is_ok(),
         }
     }
 }
@@ -134,19 +180,13 @@ pub fn check_flag(rules: &[FlagRule], name: &str, value: Option<&str>) -> Result
             },
         });
     };
-    if rule.ty.accepts(value) {
-        return Ok(());
-    }
-    let expected = match (&rule.ty, value) {
-        (FlagType::Switch, _) => rule.ty.expected(),
-        (ty, None) => format!("{} (the flag needs a value)", ty.expected()),
-        (ty, Some(_)) => ty.expected(),
-    };
-    Err(FlagError::BadValue {
-        flag: name.to_string(),
-        expected,
-        got: value.unwrap_or_default().to_string(),
-    })
+    rule.ty
+        .check_value(value)
+        .map_err(|expected| FlagError::BadValue {
+            flag: name.to_string(),
+            expected,
+            got: value.unwrap_or_default().to_string(),
+        })
 }
 
 /// Checks a whole flag set against the built-in rules of `kind`, stopping at the first error.

@@ -4,7 +4,9 @@
 //! the union is allowed: refusing a value one supported version accepts would block a real
 //! experiment, while the engine itself still rejects a value its version lacks.
 
-use super::{FlagRule, FlagType};
+use std::collections::BTreeMap;
+
+use super::{FlagRule, FlagType, JsonKey};
 use crate::EngineKind;
 
 /// One row: the flag's names (canonical first, then aliases) and its type.
@@ -148,7 +150,6 @@ fn sglang_rows() -> Vec<Row> {
             &["--cuda-graph-backend-prefill"],
             choice(&["full", "breakable", "disabled"]),
         ),
-        (&["--cuda-graph-config"], STR),
         (
             &["--moe-runner-backend"],
             choice(SGLANG_MOE_RUNNER_BACKENDS),
@@ -201,7 +202,6 @@ fn sglang_rows() -> Vec<Row> {
         ),
         (&["--dtype"], choice(DTYPES)),
         (&["--quantization"], STR),
-        (&["--trust-remote-code"], SW),
         (&["--served-model-name"], STR),
         (&["--random-seed"], any_int()),
         (&["--watchdog-timeout"], float(0.0, None)),
@@ -282,16 +282,13 @@ fn vllm_rows() -> Vec<Row> {
         (&["--scheduling-policy"], choice(&["fcfs", "priority"])),
         (&["--dtype"], choice(DTYPES)),
         (&["--quantization", "-q"], STR),
-        (&["--compilation-config", "-O"], STR),
         (&["--cuda-graph-sizes"], STR),
         (&["--attention-backend"], STR),
-        (&["--speculative-config"], STR),
         (&["--swap-space"], float(0.0, None)),
         (&["--cpu-offload-gb"], float(0.0, None)),
         (&["--num-gpu-blocks-override"], int(1)),
         (&["--shutdown-timeout"], int(0)),
         (&["--served-model-name"], STR),
-        (&["--trust-remote-code"], SW),
         (&["--seed"], any_int()),
         (&["--enable-force-include-usage"], SW),
         (&["--disable-log-requests"], SW),
@@ -350,7 +347,7 @@ fn llamacpp_rows() -> Vec<Row> {
     ]
 }
 
-fn rows(kind: EngineKind) -> Vec<Row> {
+pub(super) fn rows(kind: EngineKind) -> Vec<Row> {
     match kind {
         EngineKind::Sglang => sglang_rows(),
         EngineKind::Vllm => vllm_rows(),
@@ -360,6 +357,121 @@ fn rows(kind: EngineKind) -> Vec<Row> {
             r.extend(sim_own_rows());
             r
         }
+        EngineKind::Generic => Vec::new(),
+    }
+}
+
+fn json(keys: &[(&str, JsonKey)]) -> FlagType {
+    FlagType::Json {
+        keys: keys
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn jint(min: i64, max: i64) -> JsonKey {
+    JsonKey::Int {
+        min: Some(min),
+        max: Some(max),
+    }
+}
+
+fn jchoice(values: &[&str]) -> JsonKey {
+    JsonKey::Choice {
+        values: values.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
+/// Flags that load code, weights or files, or take a JSON config that can name them. Known by
+/// name (so no alias or prefix slips past) but off until a profile lists them in
+/// `allow_flags`. A JSON flag's keys are a schema: only listed keys with values of their type.
+pub(super) fn gated_rows(kind: EngineKind) -> Vec<Row> {
+    let python = vec![
+        (&["--trust-remote-code"][..], SW),
+        (&["--enable-lora"][..], SW),
+    ];
+    match kind {
+        EngineKind::Sglang | EngineKind::Sim => {
+            let mut r = python;
+            r.extend([
+                (&["--lora-paths"][..], STR),
+                (&["--cuda-graph-config"][..], STR),
+                (&["--json-model-override-args"][..], json(&[])),
+                (
+                    &[
+                        "--speculative-draft-model-path",
+                        "--speculative-draft-model",
+                    ][..],
+                    STR,
+                ),
+            ]);
+            r
+        }
+        EngineKind::Vllm => {
+            let mut r = python;
+            r.extend([
+                (&["--lora-modules"][..], STR),
+                (
+                    &["--speculative-config"][..],
+                    json(&[
+                        (
+                            "method",
+                            jchoice(&[
+                                "ngram",
+                                "suffix",
+                                "eagle",
+                                "eagle3",
+                                "medusa",
+                                "mlp_speculator",
+                                "mtp",
+                                "deepseek_mtp",
+                            ]),
+                        ),
+                        ("num_speculative_tokens", jint(1, 64)),
+                        ("prompt_lookup_max", jint(1, 64)),
+                        ("prompt_lookup_min", jint(1, 64)),
+                        ("disable_padded_drafter_batch", JsonKey::Bool),
+                    ]),
+                ),
+                (
+                    &["--compilation-config", "-O"][..],
+                    json(&[
+                        ("level", jint(0, 3)),
+                        ("mode", jint(0, 3)),
+                        (
+                            "cudagraph_mode",
+                            jchoice(&[
+                                "NONE",
+                                "PIECEWISE",
+                                "FULL",
+                                "FULL_DECODE_ONLY",
+                                "FULL_AND_PIECEWISE",
+                            ]),
+                        ),
+                        (
+                            "cudagraph_capture_sizes",
+                            JsonKey::IntList {
+                                min: Some(1),
+                                max: Some(8192),
+                                max_len: 256,
+                            },
+                        ),
+                        ("max_cudagraph_capture_size", jint(1, 8192)),
+                        ("use_inductor", JsonKey::Bool),
+                    ]),
+                ),
+                (&["--hf-overrides"][..], json(&[])),
+                (&["--kv-transfer-config"][..], json(&[])),
+                (&["--model-loader-extra-config"][..], json(&[])),
+            ]);
+            r
+        }
+        EngineKind::Llamacpp => vec![
+            (&["--lora"][..], STR),
+            (&["--chat-template-file"][..], STR),
+            (&["--model-draft", "-md"][..], STR),
+        ],
         EngineKind::Generic => Vec::new(),
     }
 }

@@ -1,0 +1,201 @@
+//! Every numeric field of `RunBenchmark` and `ApplyEngine` against its documented range
+//! (`fleetbench_proto::limits`), checked before the request touches the engine, the load
+//! generator or an allocation. Any caller with a certificate can send these, so the agent does
+//! not rely on a controller having validated the spec: `request_rate = 1e-300` once made the
+//! load generator panic (an inter-arrival time beyond `Duration`), three times, and the
+//! controller reported the host as lost.
+
+use fleetbench_proto::agentpb;
+use fleetbench_proto::limits::{self as lim, check_f64, check_len, check_u32};
+
+use crate::convert::BenchRequestError;
+
+fn at(field: impl Into<String>, r: Result<(), String>) -> Result<(), BenchRequestError> {
+    r.map_err(|message| BenchRequestError {
+        field: field.into(),
+        message,
+    })
+}
+
+fn name_len(field: &str, s: &str) -> Result<(), BenchRequestError> {
+    at(
+        field,
+        (s.len() <= lim::MAX_NAME_LEN)
+            .then_some(())
+            .ok_or_else(|| format!("at most {} bytes, got {}", lim::MAX_NAME_LEN, s.len())),
+    )
+}
+
+fn tokens(field: &str, v: u32, zero_ok: bool) -> Result<(), BenchRequestError> {
+    if zero_ok && v == 0 {
+        return Ok(());
+    }
+    at(field, check_u32(v, lim::TOKENS))
+}
+
+/// Checks a `RunBenchmark` request's sizes and numbers; the error names the field.
+pub fn check_benchmark(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRequestError> {
+    use agentpb::run_benchmark_request::Bound;
+    use agentpb::workload::Dataset;
+    name_len("run_id", &req.run_id)?;
+    at("levels", check_len(req.levels.len(), lim::MAX_LEVELS))?;
+    let mut slowest: Option<f64> = None;
+    for (i, l) in req.levels.iter().enumerate() {
+        if let Some(c) = l.concurrency {
+            at(
+                format!("levels[{i}].concurrency"),
+                check_u32(c, lim::CONCURRENCY),
+            )?;
+        }
+        if let Some(r) = l.request_rate {
+            at(
+                format!("levels[{i}].request_rate"),
+                check_f64(r, lim::REQUEST_RATE),
+            )?;
+            slowest = Some(slowest.map_or(r, |s| s.min(r)));
+        }
+        // 0 on the wire means "unset" (Poisson).
+        if l.burstiness != 0.0 {
+            at(
+                format!("levels[{i}].burstiness"),
+                check_f64(l.burstiness, lim::BURSTINESS),
+            )?;
+        }
+    }
+    at(
+        "warmup_requests",
+        check_u32(req.warmup_requests, lim::WARMUP),
+    )?;
+    match req.bound {
+        Some(Bound::NumRequests(n)) => {
+            at("num_requests", check_u32(n, lim::REQUESTS))?;
+            if let Some(rate) = slowest {
+                let secs = f64::from(n) / rate;
+                if secs > lim::MAX_LEVEL_S {
+                    at(
+                        "num_requests",
+                        Err(format!(
+                            "{n} requests at {rate} per second take {secs:.0} s; a level may \
+                             take at most {} s",
+                            lim::MAX_LEVEL_S
+                        )),
+                    )?;
+                }
+            }
+        }
+        Some(Bound::DurationS(s)) => at("duration_s", check_f64(s, lim::DURATION_S))?,
+        None => {}
+    }
+    at(
+        "percentiles",
+        check_len(req.percentiles.len(), lim::MAX_PERCENTILES),
+    )?;
+    at(
+        "skip_levels",
+        check_len(req.skip_levels.len(), lim::MAX_SKIP_LEVELS),
+    )?;
+    // Steady-state spans: a ramp-up of zero means none; otherwise each is a level duration.
+    if req.ramp_up_s != 0.0 {
+        at("ramp_up_s", check_f64(req.ramp_up_s, lim::DURATION_S))?;
+    }
+    if let Some(w) = req.window_s {
+        at("window_s", check_f64(w, lim::DURATION_S))?;
+    }
+    if let Some(s) = &req.slo {
+        for (k, v) in [
+            ("ttft_ms", s.ttft_ms),
+            ("itl_ms", s.itl_ms),
+            ("e2e_ms", s.e2e_ms),
+            ("tpot_ms", s.tpot_ms),
+            ("itl_p99_ms", s.itl_p99_ms),
+        ] {
+            if let Some(v) = v {
+                at(format!("slo.{k}"), check_f64(v, lim::SLO_MS))?;
+            }
+        }
+    }
+    let Some(w) = &req.workload else {
+        return Ok(());
+    };
+    name_len("workload.name", &w.name)?;
+    name_len("workload.model", &w.model)?;
+    match &w.dataset {
+        Some(Dataset::Random(r)) => {
+            tokens("workload.random.input_len", r.input_len, false)?;
+            tokens("workload.random.output_len", r.output_len, false)?;
+        }
+        Some(Dataset::Sharegpt(s)) => {
+            name_len("workload.sharegpt.path", &s.path)?;
+            tokens("workload.sharegpt.output_len", s.output_len, true)?;
+        }
+        Some(Dataset::SharedPrefix(s)) => {
+            at(
+                "workload.shared_prefix.groups",
+                check_u32(s.groups, lim::GROUPS),
+            )?;
+            at(
+                "workload.shared_prefix.prompts_per_group",
+                check_u32(s.prompts_per_group, lim::GROUPS),
+            )?;
+            let prompts = u64::from(s.groups) * u64::from(s.prompts_per_group);
+            if prompts > lim::MAX_PROMPTS {
+                at(
+                    "workload.shared_prefix.prompts_per_group",
+                    Err(format!(
+                        "groups x prompts_per_group is {prompts}; at most {}",
+                        lim::MAX_PROMPTS
+                    )),
+                )?;
+            }
+            tokens("workload.shared_prefix.prefix_len", s.prefix_len, true)?;
+            tokens("workload.shared_prefix.suffix_len", s.suffix_len, false)?;
+            tokens("workload.shared_prefix.output_len", s.output_len, false)?;
+        }
+        Some(Dataset::Jsonl(j)) => {
+            name_len("workload.jsonl.path", &j.path)?;
+            tokens("workload.jsonl.output_len", j.output_len, true)?;
+        }
+        Some(Dataset::Trace(t)) => name_len("workload.trace.path", &t.path)?,
+        None => {}
+    }
+    Ok(())
+}
+
+/// Checks an `ApplyEngine` spec's sizes (values are the profile's business).
+pub fn check_apply(spec: &agentpb::EngineSpec, run_id: &str) -> Result<(), BenchRequestError> {
+    name_len("run_id", run_id)?;
+    name_len("spec.profile", &spec.profile)?;
+    name_len("spec.model", &spec.model)?;
+    at("spec.flags", check_len(spec.flags.len(), lim::MAX_FLAGS))?;
+    for (i, f) in spec.flags.iter().enumerate() {
+        name_len(&format!("spec.flags[{i}].name"), &f.name)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_issue_s_values_are_refused_by_field() {
+        let mut req = agentpb::RunBenchmarkRequest {
+            levels: vec![agentpb::LoadLevel {
+                concurrency: None,
+                request_rate: Some(1e-300),
+                burstiness: 0.0,
+            }],
+            ..Default::default()
+        };
+        let e = check_benchmark(&req).unwrap_err();
+        assert_eq!(e.field, "levels[0].request_rate");
+        assert!(e.message.contains("1e-300"), "{e}");
+        req.levels[0].request_rate = Some(10.0);
+        req.bound = Some(agentpb::run_benchmark_request::Bound::NumRequests(
+            4_000_000_000,
+        ));
+        assert_eq!(check_benchmark(&req).unwrap_err().field, "num_requests");
+        req.bound = Some(agentpb::run_benchmark_request::Bound::NumRequests(100));
+        assert!(check_benchmark(&req).is_ok());
+    }
+}

@@ -1,0 +1,514 @@
+//! An attacker with one valid credential (the controller's certificate) against a real agent
+//! on loopback: every way issue 13 found to turn the agent into a shell is refused, with a
+//! message that names what was refused, and nothing is started.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fleetbench_proto::agentpb::{self, agent_client::AgentClient};
+use tonic::transport::Channel;
+
+/// Profiles of real engine kinds whose programs exist on any host (`/bin/true`): were a check
+/// to let a request through, the "engine" would start and the state would show it.
+const PROFILES: &str = r#"
+[profiles.sg]
+kind = "sglang"
+program = "/bin/true"
+models = ["Qwen/Qwen3-8B"]
+args = ["--model-path", "{model}", "--port", "{port}", "--tp-size", "8"]
+
+[profiles.vl]
+kind = "vllm"
+program = "/bin/true"
+models = ["Qwen/Qwen3-8B"]
+allow_flags = ["--speculative-config"]
+"#;
+
+async fn refused(
+    c: &mut AgentClient<Channel>,
+    profile: &str,
+    model: &str,
+    flags: &[(&str, Option<&str>)],
+    env: &[(&str, &str)],
+) -> tonic::Status {
+    let port = fleetbench_testkit::free_port();
+    let mut s = spec(profile, model, port, flags);
+    s.env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    match c
+        .apply_engine(agentpb::ApplyEngineRequest {
+            spec: Some(s),
+            run_id: String::new(),
+        })
+        .await
+    {
+        Ok(_) => panic!("{profile} {model} {flags:?} {env:?} was accepted"),
+        Err(s) => {
+            assert_eq!(s.code(), tonic::Code::InvalidArgument, "{}", s.message());
+            s
+        }
+    }
+}
+
+/// Idle, no engine pid, no run log, no child of the agent.
+async fn nothing_started(agent: &Agent, c: &mut AgentClient<Channel>) {
+    let st = c
+        .get_engine(agentpb::GetEngineRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.state, agentpb::EngineState::Idle as i32, "{st:?}");
+    assert_eq!(st.pid, 0);
+    let runs = std::fs::read_dir(agent.data_dir().join("runs"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(runs, 0, "a run log was written");
+    assert!(
+        processes().iter().all(|p| p.2 != agent.pid() as i32),
+        "the agent has a child"
+    );
+}
+
+fn says(s: &tonic::Status, words: &[&str]) {
+    for w in words {
+        assert!(s.message().contains(w), "{w:?} not in {:?}", s.message());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_remote_code_and_an_unlisted_model_are_refused() {
+    let agent = Agent::start(PROFILES).unwrap();
+    let mut c = agent.client().await.unwrap();
+    // The attack of the issue: a remote repository, remote code, and a file-writing variable.
+    let s = refused(
+        &mut c,
+        "sg",
+        "attacker/evil-repo",
+        &[("--trust-remote-code", None)],
+        &[("NCCL_DEBUG_FILE", "/tmp/x")],
+    )
+    .await;
+    says(
+        &s,
+        &[
+            "attacker/evil-repo",
+            "not allowed by profile \"sg\"",
+            "Qwen/Qwen3-8B",
+        ],
+    );
+    // An allowed model does not make the switch acceptable, under any spelling.
+    for flag in ["--trust-remote-code", "--trust-remote", "--trust"] {
+        let s = refused(&mut c, "sg", "Qwen/Qwen3-8B", &[(flag, None)], &[]).await;
+        says(&s, &[flag, "can load code or files", "allow_flags"]);
+    }
+    // The built-in profiles allow no model at all.
+    let s = refused(&mut c, "sglang", "Qwen/Qwen3-8B", &[], &[]).await;
+    says(&s, &["none: list models or model_roots"]);
+    nothing_started(&agent, &mut c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_flag_smuggling_is_refused() {
+    let agent = Agent::start(PROFILES).unwrap();
+    let mut c = agent.client().await.unwrap();
+    let m = "Qwen/Qwen3-8B";
+    // A key that loads a draft model from anywhere.
+    let s = refused(
+        &mut c,
+        "vl",
+        m,
+        &[(
+            "--speculative-config",
+            Some(r#"{"method": "eagle", "model": "attacker/evil-repo"}"#),
+        )],
+        &[],
+    )
+    .await;
+    says(
+        &s,
+        &["--speculative-config", r#"key "model" is not allowed"#],
+    );
+    // Not an object; a nested object; a value out of range.
+    for (v, word) in [
+        (r#""{\"model\": 1}""#, "a JSON object"),
+        (r#"{"method": {"class": "evil.Module"}}"#, "key \"method\""),
+        (
+            r#"{"num_speculative_tokens": 4000000000}"#,
+            "between 1 and 64",
+        ),
+    ] {
+        let s = refused(&mut c, "vl", m, &[("--speculative-config", Some(v))], &[]).await;
+        says(&s, &[word]);
+    }
+    // JSON flags the profile does not name stay off, also through `=` and aliases.
+    for (flag, value) in [
+        ("--hf-overrides", Some("{}")),
+        ("--compilation-config={}", None),
+        ("-O", Some("{}")),
+    ] {
+        let s = refused(&mut c, "vl", m, &[(flag, value)], &[]).await;
+        says(&s, &["can load code or files"]);
+    }
+    nothing_started(&agent, &mut c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_outside_the_allowlist_is_refused() {
+    let agent = Agent::start(PROFILES).unwrap();
+    let mut c = agent.client().await.unwrap();
+    let m = "Qwen/Qwen3-8B";
+    for (k, v, words) in [
+        (
+            "NCCL_DEBUG_FILE",
+            "/tmp/nccl.%h",
+            &["NCCL_DEBUG_FILE", "not allowed"][..],
+        ),
+        (
+            "LD_PRELOAD",
+            "/tmp/x.so",
+            &["LD_PRELOAD", "not allowed"][..],
+        ),
+        (
+            "TORCH_EXTENSIONS_DIR",
+            "/tmp",
+            &["TORCH_EXTENSIONS_DIR"][..],
+        ),
+        ("PYTHONPATH", "/tmp", &["PYTHONPATH"][..]),
+        (
+            "NCCL_DEBUG",
+            "INFO;touch /tmp/x",
+            &["NCCL_DEBUG", "one of VERSION, WARN, INFO"][..],
+        ),
+        ("NCCL_DEBUG_SUBSYS", "../../etc", &["no paths"][..]),
+    ] {
+        let s = refused(&mut c, "sg", m, &[], &[(k, v)]).await;
+        says(&s, words);
+    }
+    nothing_started(&agent, &mut c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_cannot_override_a_pinned_argument() {
+    let agent = Agent::start(PROFILES).unwrap();
+    let mut c = agent.client().await.unwrap();
+    let m = "Qwen/Qwen3-8B";
+    for (flag, value) in [
+        ("--tp-size", Some("1")),
+        ("--tensor-parallel-size", Some("1")),
+        ("--tensor-parallel-size=1", None),
+        ("--tensor-par", Some("1")),
+        ("--tp", Some("1")),
+        ("--port", Some("1")),
+    ] {
+        let s = refused(&mut c, "sg", m, &[(flag, value)], &[]).await;
+        says(
+            &s,
+            &[
+                flag.split('=').next().unwrap(),
+                "set by the agent from the profile",
+            ],
+        );
+    }
+    // Repeats under two spellings.
+    let s = refused(
+        &mut c,
+        "vl",
+        m,
+        &[("--max-num-seqs", Some("8")), ("--max-num-seqs=9", None)],
+        &[],
+    )
+    .await;
+    says(&s, &["more than once"]);
+    nothing_started(&agent, &mut c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dataset_path_outside_the_roots_is_refused() {
+    let agent = Agent::start("").unwrap();
+    let mut c = agent.client().await.unwrap();
+    let port = fleetbench_testkit::free_port();
+    let events = apply_sim(&mut c, port, &[]).await;
+    assert!(ready(&events).is_some(), "{events:?}");
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    let inside = agent.dir.path().join("in.jsonl");
+    std::fs::write(&inside, "\"hi\"\n").unwrap();
+    let dotdot = format!("{}/../../etc/passwd", agent.dir.path().display());
+    for (dataset, words) in [
+        (
+            agentpb::workload::Dataset::Sharegpt(agentpb::ShareGptDataset {
+                path: "/etc/shadow".into(),
+                output_len: 0,
+            }),
+            &["workload.sharegpt.path", "outside the dataset roots"][..],
+        ),
+        (
+            agentpb::workload::Dataset::Jsonl(agentpb::JsonlDataset {
+                path: outside.path().display().to_string(),
+                output_len: 4,
+            }),
+            &["workload.jsonl.path", "outside the dataset roots"][..],
+        ),
+        (
+            agentpb::workload::Dataset::Trace(agentpb::TraceDataset { path: dotdot }),
+            &["workload.trace.path", "'..'"][..],
+        ),
+        (
+            agentpb::workload::Dataset::Jsonl(agentpb::JsonlDataset {
+                path: "in.jsonl".into(),
+                output_len: 4,
+            }),
+            &["not an absolute path"][..],
+        ),
+    ] {
+        let mut w = random_workload(8, 4);
+        w.dataset = Some(dataset);
+        let req = agentpb::RunBenchmarkRequest {
+            workload: Some(w),
+            levels: vec![closed(1)],
+            bound: Some(agentpb::run_benchmark_request::Bound::NumRequests(2)),
+            run_id: "abuse".into(),
+            ..Default::default()
+        };
+        let s = match c.run_benchmark(req).await {
+            Ok(_) => panic!("accepted"),
+            Err(s) => s,
+        };
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{}", s.message());
+        says(&s, words);
+    }
+    // Nothing was sent to the engine: its own request counter is still zero.
+    let requests_served = |text: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with("sglang:num_requests_total{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .expect("the simulator counts requests")
+    };
+    assert_eq!(requests_served(&reqwest_like_get(port).await), 0.0);
+    // A file under the root is read.
+    let mut w = random_workload(8, 4);
+    w.dataset = Some(agentpb::workload::Dataset::Jsonl(agentpb::JsonlDataset {
+        path: inside.display().to_string(),
+        output_len: 4,
+    }));
+    let req = agentpb::RunBenchmarkRequest {
+        workload: Some(w),
+        levels: vec![closed(1)],
+        bound: Some(agentpb::run_benchmark_request::Bound::NumRequests(2)),
+        run_id: "inside".into(),
+        ..Default::default()
+    };
+    let (_, levels) = bench(&mut c, req, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(levels.len(), 1);
+    assert_eq!(levels[0].completed, 2, "{:?}", levels[0]);
+    assert!(requests_served(&reqwest_like_get(port).await) >= 2.0);
+}
+
+/// The engine's `/metrics` text (plain HTTP on loopback).
+async fn reqwest_like_get(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_and_tiny_numbers_in_every_bounded_field_are_refused() {
+    use agentpb::run_benchmark_request::Bound;
+    use agentpb::workload::Dataset;
+    let agent = Agent::start(PROFILES).unwrap();
+    let mut c = agent.client().await.unwrap();
+    let base = || agentpb::RunBenchmarkRequest {
+        workload: Some(random_workload(8, 4)),
+        levels: vec![closed(1)],
+        bound: Some(Bound::NumRequests(2)),
+        run_id: "bounds".into(),
+        ..Default::default()
+    };
+    let rate = |r: f64| agentpb::LoadLevel {
+        concurrency: None,
+        request_rate: Some(r),
+        burstiness: 1.0,
+    };
+    type Mutate = Box<dyn Fn(&mut agentpb::RunBenchmarkRequest)>;
+    let shared = |f: fn(&mut agentpb::SharedPrefixDataset)| -> Mutate {
+        Box::new(move |r: &mut agentpb::RunBenchmarkRequest| {
+            let mut d = agentpb::SharedPrefixDataset {
+                groups: 4,
+                prompts_per_group: 4,
+                prefix_len: 8,
+                suffix_len: 8,
+                output_len: 8,
+            };
+            f(&mut d);
+            r.workload.as_mut().unwrap().dataset = Some(Dataset::SharedPrefix(d));
+        })
+    };
+    let cases: Vec<(&str, Mutate)> = vec![
+        (
+            "levels[0].request_rate",
+            Box::new(move |r| r.levels = vec![rate(1e-300)]),
+        ),
+        (
+            "levels[0].request_rate",
+            Box::new(move |r| r.levels = vec![rate(1e300)]),
+        ),
+        (
+            "levels[0].request_rate",
+            Box::new(move |r| r.levels = vec![rate(f64::NAN)]),
+        ),
+        (
+            "levels[0].request_rate",
+            Box::new(move |r| r.levels = vec![rate(-1.0)]),
+        ),
+        (
+            "levels[0].concurrency",
+            Box::new(|r| r.levels = vec![closed(4_000_000_000)]),
+        ),
+        (
+            "levels[0].concurrency",
+            Box::new(|r| r.levels = vec![closed(0)]),
+        ),
+        (
+            "levels[0].burstiness",
+            Box::new(move |r| {
+                let mut l = rate(1.0);
+                l.burstiness = 1e-300;
+                r.levels = vec![l];
+            }),
+        ),
+        (
+            "levels[0].burstiness",
+            Box::new(move |r| {
+                let mut l = rate(1.0);
+                l.burstiness = f64::INFINITY;
+                r.levels = vec![l];
+            }),
+        ),
+        (
+            "levels",
+            Box::new(|r| r.levels = (1..=65).map(closed).collect()),
+        ),
+        (
+            "num_requests",
+            Box::new(|r| r.bound = Some(Bound::NumRequests(4_000_000_000))),
+        ),
+        (
+            "num_requests",
+            Box::new(|r| r.bound = Some(Bound::NumRequests(0))),
+        ),
+        (
+            "num_requests",
+            Box::new(move |r| {
+                r.levels = vec![rate(0.01)];
+                r.bound = Some(Bound::NumRequests(1_000_000));
+            }),
+        ),
+        (
+            "duration_s",
+            Box::new(|r| r.bound = Some(Bound::DurationS(1e300))),
+        ),
+        (
+            "duration_s",
+            Box::new(|r| r.bound = Some(Bound::DurationS(1e-300))),
+        ),
+        (
+            "duration_s",
+            Box::new(|r| r.bound = Some(Bound::DurationS(f64::NAN))),
+        ),
+        (
+            "warmup_requests",
+            Box::new(|r| r.warmup_requests = 4_000_000_000),
+        ),
+        ("percentiles", Box::new(|r| r.percentiles = vec![50.0; 33])),
+        ("skip_levels", Box::new(|r| r.skip_levels = vec![0; 65])),
+        (
+            "slo.ttft_ms",
+            Box::new(|r| {
+                r.slo = Some(agentpb::Slo {
+                    ttft_ms: Some(1e300),
+                    itl_ms: None,
+                    e2e_ms: None,
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "slo.itl_ms",
+            Box::new(|r| {
+                r.slo = Some(agentpb::Slo {
+                    ttft_ms: None,
+                    itl_ms: Some(0.0),
+                    e2e_ms: None,
+                    ..Default::default()
+                })
+            }),
+        ),
+        ("run_id", Box::new(|r| r.run_id = "x".repeat(5000))),
+        (
+            "workload.random.input_len",
+            Box::new(|r| r.workload = Some(random_workload(4_000_000_000, 4))),
+        ),
+        (
+            "workload.random.output_len",
+            Box::new(|r| r.workload = Some(random_workload(8, 0))),
+        ),
+        ("workload.shared_prefix.groups", shared(|d| d.groups = 0)),
+        (
+            "workload.shared_prefix.prompts_per_group",
+            shared(|d| {
+                d.groups = 100_000;
+                d.prompts_per_group = 100_000;
+            }),
+        ),
+        (
+            "workload.shared_prefix.prefix_len",
+            shared(|d| d.prefix_len = 4_000_000_000),
+        ),
+        (
+            "workload.shared_prefix.suffix_len",
+            shared(|d| d.suffix_len = 0),
+        ),
+    ];
+    for (field, mutate) in &cases {
+        let mut req = base();
+        mutate(&mut req);
+        let s = match c.run_benchmark(req).await {
+            Ok(_) => panic!("{field}: accepted"),
+            Err(s) => s,
+        };
+        assert_eq!(
+            s.code(),
+            tonic::Code::InvalidArgument,
+            "{field}: {}",
+            s.message()
+        );
+        assert!(
+            s.message()
+                .starts_with(&format!("benchmark request: {field}: ")),
+            "{field}: {}",
+            s.message()
+        );
+    }
+    // ApplyEngine: too many flags, an endless model name.
+    let many: Vec<(&str, Option<&str>)> = vec![("--max-num-seqs", Some("8")); 300];
+    let s = refused(&mut c, "vl", "Qwen/Qwen3-8B", &many, &[]).await;
+    assert_eq!(s.message(), "spec.flags: at most 256 entries, got 300");
+    let long = "m".repeat(5000);
+    let s = refused(&mut c, "vl", &long, &[], &[]).await;
+    says(&s, &["spec.model: at most 1024 bytes"]);
+    // The agent is alive, answers, and started nothing.
+    assert!(agent.log_text().lines().all(|l| !l.contains("panicked")));
+    c.get_host(agentpb::GetHostRequest {}).await.unwrap();
+    nothing_started(&agent, &mut c).await;
+}

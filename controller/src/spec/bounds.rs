@@ -1,0 +1,248 @@
+//! Every numeric field of a spec against its documented range (`fleetbench_proto::limits`),
+//! checked once the spec has parsed and before anything is expanded or allocated: a dry run of
+//! `repeats = 4000000000` is refused here instead of asking for 96 GB of trials, and
+//! `request_rate = [1e-300]` before an agent is asked to wait 1e300 seconds between requests.
+//!
+//! Kept apart from the parser so that new fields add a line here without touching how they are
+//! read. Each problem is located by file, line and field like any other spec error.
+
+use fleetbench_proto::limits::{self as lim, check_f64, check_len, check_u32};
+
+use super::walk::{Ctx, Span, Table, Val};
+use super::{Bound, Dataset, JobSpec, Levels};
+
+/// A step of a field path.
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+use Seg::{Index as I, Key as K};
+
+fn field(path: &[Seg<'_>]) -> String {
+    let mut out = String::new();
+    for s in path {
+        match s {
+            K(k) if out.is_empty() => out.push_str(k),
+            K(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            I(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// The span of the deepest part of `path` found in the document.
+fn span(root: &Table<'_, '_>, path: &[Seg<'_>]) -> Option<Span> {
+    let mut cur: Option<&Val<'_>> = None;
+    let mut found = None;
+    for s in path {
+        let next = match (s, cur) {
+            (K(k), None) => root.get(k),
+            (K(k), Some(v)) => v.get_ref().as_table().and_then(|t| t.get(*k)),
+            (I(i), Some(v)) => v.get_ref().as_array().and_then(|a| a.get(*i)),
+            (I(_), None) => None,
+        };
+        match next {
+            Some(v) => {
+                found = Some(v.span());
+                cur = Some(v);
+            }
+            None => break,
+        }
+    }
+    found
+}
+
+struct Check<'c, 'r, 't, 'i> {
+    ctx: &'c mut Ctx,
+    root: &'r Table<'t, 'i>,
+}
+
+impl Check<'_, '_, '_, '_> {
+    fn report(&mut self, path: &[Seg<'_>], r: Result<(), String>) {
+        if let Err(msg) = r {
+            let sp = span(self.root, path);
+            self.ctx.error(sp.as_ref(), &field(path), msg);
+        }
+    }
+}
+
+/// Records a located error for every field outside its range.
+pub(super) fn check(ctx: &mut Ctx, root: &Table<'_, '_>, spec: &JobSpec) {
+    let mut c = Check { ctx, root };
+    c.report(&[K("repeats")], check_u32(spec.repeats, lim::REPEATS));
+    c.report(
+        &[K("configs")],
+        check_len(spec.configs.len(), lim::MAX_CONFIGS),
+    );
+    c.report(
+        &[K("workloads")],
+        check_len(spec.workloads.len(), lim::MAX_WORKLOADS),
+    );
+    let trials = (spec.configs.len() as u64)
+        .saturating_mul(spec.workloads.len() as u64)
+        .saturating_mul(u64::from(spec.repeats));
+    if trials > lim::MAX_TRIALS {
+        c.report(
+            &[K("repeats")],
+            Err(format!(
+                "the job expands to {trials} trials (configs x workloads x repeats); at most {}",
+                lim::MAX_TRIALS
+            )),
+        );
+    }
+    if let Some(n) = spec.hosts.gpu_count {
+        c.report(&[K("hosts"), K("gpu_count")], check_u32(n, lim::GPU_COUNT));
+    }
+    load(&mut c, spec);
+    for (i, w) in spec.workloads.iter().enumerate() {
+        dataset(&mut c, i, &w.dataset);
+    }
+}
+
+fn load(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec) {
+    let l = &spec.load;
+    let mut slowest_rate = None;
+    match &l.levels {
+        Levels::Concurrency(values) => {
+            let p = [K("load"), K("concurrency")];
+            c.report(&p, check_len(values.len(), lim::MAX_LEVELS));
+            for (i, v) in values.iter().enumerate() {
+                c.report(&[p[0], p[1], I(i)], check_u32(*v, lim::CONCURRENCY));
+            }
+        }
+        Levels::RequestRate {
+            rates,
+            max_concurrency,
+            burstiness,
+        } => {
+            let p = [K("load"), K("request_rate")];
+            c.report(&p, check_len(rates.len(), lim::MAX_LEVELS));
+            for (i, r) in rates.iter().enumerate() {
+                c.report(&[p[0], p[1], I(i)], check_f64(*r, lim::REQUEST_RATE));
+            }
+            if let Some(m) = max_concurrency {
+                c.report(
+                    &[K("load"), K("max_concurrency")],
+                    check_u32(*m, lim::CONCURRENCY),
+                );
+            }
+            c.report(
+                &[K("load"), K("burstiness")],
+                check_f64(*burstiness, lim::BURSTINESS),
+            );
+            slowest_rate = rates
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.is_finite() && **r > 0.0)
+                .min_by(|a, b| a.1.total_cmp(b.1));
+        }
+    }
+    c.report(&[K("load"), K("warmup")], check_u32(l.warmup, lim::WARMUP));
+    match l.bound {
+        Bound::Requests(n) => {
+            c.report(&[K("load"), K("requests")], check_u32(n, lim::REQUESTS));
+            if let Some((i, rate)) = slowest_rate {
+                let secs = f64::from(n) / rate;
+                if secs > lim::MAX_LEVEL_S {
+                    c.report(
+                        &[K("load"), K("request_rate"), I(i)],
+                        Err(format!(
+                            "{n} requests at {rate} per second take {secs:.0} s; a level may \
+                             take at most {} s",
+                            lim::MAX_LEVEL_S
+                        )),
+                    );
+                }
+            }
+        }
+        Bound::Duration(d) => c.report(
+            &[K("load"), K("duration")],
+            check_f64(d.as_secs_f64(), lim::DURATION_S).map_err(|m| format!("seconds {m}")),
+        ),
+    }
+    c.report(
+        &[K("load"), K("percentiles")],
+        check_len(l.percentiles.len(), lim::MAX_PERCENTILES),
+    );
+    for (key, v) in [
+        ("ttft_ms", l.slo.ttft_ms),
+        ("itl_ms", l.slo.itl_ms),
+        ("e2e_ms", l.slo.e2e_ms),
+    ] {
+        if let Some(v) = v {
+            c.report(&[K("load"), K("slo"), K(key)], check_f64(v, lim::SLO_MS));
+        }
+    }
+}
+
+fn dataset(c: &mut Check<'_, '_, '_, '_>, i: usize, d: &Dataset) {
+    let tokens = |c: &mut Check<'_, '_, '_, '_>, key: &str, v: u32, zero_ok: bool| {
+        if !(zero_ok && v == 0) {
+            c.report(&[K("workloads"), I(i), K(key)], check_u32(v, lim::TOKENS));
+        }
+    };
+    let path = |c: &mut Check<'_, '_, '_, '_>, p: &str| {
+        if p.len() > lim::MAX_NAME_LEN {
+            c.report(
+                &[K("workloads"), I(i), K("path")],
+                Err(format!("at most {} bytes", lim::MAX_NAME_LEN)),
+            );
+        }
+    };
+    match d {
+        Dataset::Random {
+            input_len,
+            output_len,
+            ..
+        } => {
+            tokens(c, "input_len", *input_len, false);
+            tokens(c, "output_len", *output_len, false);
+        }
+        Dataset::ShareGpt {
+            path: p,
+            output_len,
+        } => {
+            path(c, p);
+            tokens(c, "output_len", *output_len, true);
+        }
+        Dataset::SharedPrefix {
+            groups,
+            prompts_per_group,
+            prefix_len,
+            suffix_len,
+            output_len,
+        } => {
+            let w = |k| [K("workloads"), I(i), K(k)];
+            c.report(&w("groups"), check_u32(*groups, lim::GROUPS));
+            c.report(
+                &w("prompts_per_group"),
+                check_u32(*prompts_per_group, lim::GROUPS),
+            );
+            let prompts = u64::from(*groups) * u64::from(*prompts_per_group);
+            if prompts > lim::MAX_PROMPTS {
+                c.report(
+                    &w("prompts_per_group"),
+                    Err(format!(
+                        "groups x prompts_per_group is {prompts}; at most {}",
+                        lim::MAX_PROMPTS
+                    )),
+                );
+            }
+            tokens(c, "prefix_len", *prefix_len, true);
+            tokens(c, "suffix_len", *suffix_len, false);
+            tokens(c, "output_len", *output_len, false);
+        }
+        Dataset::Jsonl {
+            path: p,
+            output_len,
+        } => {
+            path(c, p);
+            tokens(c, "output_len", *output_len, true);
+        }
+        Dataset::Trace { path: p } => path(c, p),
+    }
+}
