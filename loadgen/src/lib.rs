@@ -11,6 +11,7 @@ mod arrivals;
 mod client;
 mod config;
 mod dataset;
+mod endpoint;
 mod error;
 mod level;
 mod report;
@@ -21,7 +22,9 @@ pub mod table;
 mod tokenize;
 
 pub use arrivals::{schedule, schedule_for};
+pub use client::ConnectionStats;
 pub use config::{Api, BenchConfig, Bound, DatasetSpec, Level, Slo};
+pub use endpoint::ClientOptions;
 pub use error::{Failure, FailureKind, LoadgenError};
 pub use report::{BenchReport, LevelOutcome, LevelReport, Progress, RequestRecord};
 pub use runner::{Runner, Shaping};

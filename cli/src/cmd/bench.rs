@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use fleetbench_loadgen::{
-    Api, BenchConfig, BenchReport, Bound, DatasetSpec, Level, LoadgenError, Runner, Slo, table,
+    Api, BenchConfig, BenchReport, Bound, ClientOptions, ConnectionStats, DatasetSpec, Level,
+    LoadgenError, Runner, Slo, table,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
@@ -34,9 +35,19 @@ pub enum SimMode {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Server to load, e.g. http://127.0.0.1:30000 (omit with --sim).
+    /// Server to load, e.g. http://127.0.0.1:30000 or https://gateway.example (omit with --sim).
     #[arg(long)]
     pub base_url: Option<String>,
+    /// Sent as `Authorization: Bearer KEY` with every request [default: $OPENAI_API_KEY, unless
+    /// an Authorization --header is given].
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Extra header for every request, 'Name: value' (repeatable).
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// PEM file of the CA to trust for an https:// server, instead of the system's store.
+    #[arg(long, value_name = "PEM")]
+    pub ca_cert: Option<PathBuf>,
     /// Start `fleetbench-sim` (found next to this executable) on a free port and bench it.
     #[arg(long, alias = "start-sim")]
     pub sim: bool,
@@ -188,10 +199,15 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
             path: path("trace")?,
         },
     };
-    for p in [&a.dataset_path, &a.tokenizer].into_iter().flatten() {
+    for p in [&a.dataset_path, &a.tokenizer, &a.ca_cert]
+        .into_iter()
+        .flatten()
+    {
         if !p.is_file() {
             let flag = if Some(p) == a.tokenizer.as_ref() {
                 "--tokenizer"
+            } else if Some(p) == a.ca_cert.as_ref() {
+                "--ca-cert"
             } else {
                 "--dataset-path"
             };
@@ -205,8 +221,31 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
         (_, Some(d)) => Bound::Duration(d),
         (n, None) => Bound::Requests(n.unwrap_or(100)),
     };
+    let mut headers = Vec::with_capacity(a.headers.len());
+    for h in &a.headers {
+        let (name, value) = h.split_once(':').ok_or_else(|| {
+            flag_error("--header", format!("{h:?} is not 'Name: value' (no colon)"))
+        })?;
+        headers.push((name.trim().to_string(), value.trim().to_string()));
+    }
+    // The environment's key yields to an explicit Authorization header; the flag does not (both
+    // given is an error that names them).
+    let has_authorization = headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("authorization"));
+    let api_key = a.api_key.clone().or_else(|| {
+        std::env::var("OPENAI_API_KEY")
+            .ok()
+            .filter(|k| !has_authorization && !k.trim().is_empty())
+    });
+    let client = ClientOptions {
+        headers,
+        api_key,
+        ca_cert: a.ca_cert.clone(),
+    };
     let cfg = BenchConfig {
         base_url,
+        client,
         api: a.api,
         model: a.model.clone(),
         dataset,
@@ -238,6 +277,9 @@ fn config_error(e: LoadgenError) -> anyhow::Error {
         "dataset.output_len" => "--output-len",
         "dataset.range_ratio" => "--range-ratio",
         "dataset.groups" => "--groups/--prompts-per-group",
+        "client.headers" => "--header",
+        "client.api_key" => "--api-key (or OPENAI_API_KEY)",
+        "client.ca_cert" => "--ca-cert",
         _ => return e.into(),
     };
     flag_error(flag, message)
@@ -272,8 +314,10 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
         cfg.base_url, cfg.api
     );
     let levels = cfg.levels.clone();
+    let https = cfg.base_url.starts_with("https://");
     let runner = Runner::new(cfg)
         .await
+        .map_err(config_error)
         .context("cannot start the benchmark")?
         .with_ramp_up(a.ramp_up.unwrap_or_default());
     let shaping = runner.shaping();
@@ -313,6 +357,7 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_prefix(level_name(level));
+        let connections_before = runner.connection_stats();
         let bar2 = bar.clone();
         let ui = tokio::spawn(async move {
             while let Some(p) = rx.recv().await {
@@ -330,6 +375,8 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
         let _ = ui.await;
         bar.finish_and_clear();
         print!("{}", table::level_block(runner.model(), &outcome.report));
+        let c = runner.connection_stats().since(&connections_before);
+        eprintln!("{}", connection_note(&c, level, https, a.warmup));
         if let Some(w) = details.as_mut() {
             for r in &outcome.records {
                 writeln!(w, "{}", r.to_json_line()).context("--output-details: write failed")?;
@@ -356,6 +403,42 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// What connection set-up cost during a level, and how much of it the measured figures hold: a
+/// closed loop opens its streams' connections before its clock starts; a connection opened after
+/// that (an open-loop slot's first, or a reconnect after the server closed a kept-alive one, as
+/// llama-server does after every streamed answer) is opened for a request already due, whose
+/// TTFT and E2E then include the TCP connect and, for https, the TLS handshake.
+fn connection_note(c: &ConnectionStats, level: &Level, https: bool, warmup: u32) -> String {
+    let mean = |d: Duration| {
+        if c.opened == 0 {
+            0.0
+        } else {
+            d.as_secs_f64() * 1e3 / c.opened as f64
+        }
+    };
+    let tls = if https {
+        format!(", TLS handshake mean {:.2} ms", mean(c.tls_handshake))
+    } else {
+        String::new()
+    };
+    let before_clock = match (level.request_rate, level.concurrency) {
+        (None, Some(slots)) => u64::from(slots),
+        _ => 0,
+    };
+    let measuring = c.opened.saturating_sub(before_clock);
+    let warm = if warmup > 0 {
+        " (warm-up's included)"
+    } else {
+        ""
+    };
+    format!(
+        "connections: {} opened{warm}, TCP connect mean {:.2} ms{tls}; {measuring} opened for a \
+         request already due: those requests' TTFT and E2E include the set-up",
+        c.opened,
+        mean(c.tcp_connect),
+    )
 }
 
 fn level_name(l: &Level) -> String {
@@ -427,5 +510,26 @@ mod tests {
         assert!(err("--concurrency 2 --duration soon").contains("--duration"));
         assert!(err("--concurrency 2 --ramp-up soon").contains("--ramp-up"));
         assert!(err("--request-rate 2 --ramp-up 1s").contains("--concurrency"));
+        assert!(err("--concurrency 2 --header NoColon").contains("--header"));
+        assert!(err("--concurrency 2 --header Host:x").contains("--header"));
+        assert!(err("--concurrency 2 --header Bad_Name?:x").contains("--header"));
+        assert!(err("--concurrency 2 --ca-cert /nonexistent.pem").contains("--ca-cert"));
+        let both = err("--concurrency 2 --api-key k --header Authorization:Bearer_x");
+        assert!(both.contains("--api-key"), "{both}");
+        assert!(!both.contains("Bearer_x"), "the value is a secret: {both}");
+    }
+
+    #[test]
+    fn access_flags_become_client_options() {
+        let c = parse("--concurrency 1 --api-key sk-1 --header X-Tenant:a --header X-Tenant:b")
+            .unwrap();
+        assert_eq!(c.client.api_key.as_deref(), Some("sk-1"));
+        assert_eq!(
+            c.client.headers,
+            [
+                ("X-Tenant".into(), "a".into()),
+                ("X-Tenant".into(), "b".into())
+            ]
+        );
     }
 }

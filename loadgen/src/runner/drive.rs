@@ -131,7 +131,7 @@ pub(super) async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
                 let offset = ramp.mul_f64(f64::from(s) / f64::from(slots));
                 set.spawn(async move {
                     let mut slot = Slot {
-                        conn: Conn::open(sh.target.addr).await.ok(),
+                        conn: Conn::open(&sh.target).await.ok(),
                         scratch: Scratch::default(),
                     };
                     barrier.wait().await;
@@ -245,7 +245,7 @@ impl Slot {
                     None => false,
                 };
                 if !usable {
-                    *conn = Some(Conn::open(sh.target.addr).await?);
+                    *conn = Some(Conn::open(&sh.target).await?);
                 }
                 let c = conn.as_mut().expect("connection set above");
                 let req = sh
