@@ -97,3 +97,81 @@ fn bench_against_the_sim_writes_the_documented_json_and_ramps_its_streams() {
         "{text}"
     );
 }
+
+/// A `vllm bench serve` command line, flag for flag, with `--save-result`: the vLLM-format file
+/// holds vLLM's keys, agrees with fleetbench's own document, and carries the simulated server's
+/// latencies.
+#[test]
+fn a_vllm_bench_serve_command_line_runs_and_saves_vllm_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = dir.path().join("levels.json");
+    let out = Command::new(fleetbench_testkit::workspace_bin("fleetbench"))
+        .args(["bench", "--sim", "--sim-ttft-ms", "20", "--sim-itl-ms", "5"])
+        .args(["--backend", "vllm", "--endpoint", "/v1/completions"])
+        .args(["--dataset-name", "random", "--random-input-len", "16"])
+        .args(["--random-output-len", "8", "--num-prompts", "8"])
+        .args(["--request-rate", "inf", "--max-concurrency", "2"])
+        .args(["--metric-percentiles", "50,99", "--save-result"])
+        .arg("--result-dir")
+        .arg(dir.path().join("results"))
+        .args(["--result-filename", "run.json"])
+        .arg("--output-json")
+        .arg(&ours)
+        .output()
+        .expect("run fleetbench bench");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    let path = dir.path().join("results/run.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect(&text)).unwrap();
+    let own: Value = serde_json::from_str(&std::fs::read_to_string(&ours).unwrap()).unwrap();
+    let own = &own["levels"][0];
+    assert_eq!(
+        own["concurrency"], 2,
+        "--max-concurrency with rate inf: {own}"
+    );
+    assert_eq!(v["request_rate"], "inf", "{v}");
+    assert_eq!(v["max_concurrency"], 2, "{v}");
+    assert_eq!(v["backend"], "openai", "{v}");
+    assert_eq!(v["completed"], 8, "{v}");
+    assert_eq!(v["failed"], 0, "{v}");
+    assert_eq!(v["total_output_tokens"], 64, "{v}");
+    assert_eq!(v["total_input_tokens"], own["input_tokens"], "{v}");
+    assert_eq!(v["request_throughput"], own["requests_per_s"], "{v}");
+    assert_eq!(v["output_throughput"], own["output_tokens_per_s"], "{v}");
+    assert_eq!(v["ttfts"].as_array().unwrap().len(), 8, "{v}");
+    assert_eq!(v["output_lens"], serde_json::json!(vec![8; 8]), "{v}");
+    for key in [
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "std_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "p50_tpot_ms",
+        "mean_itl_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "p99_e2el_ms",
+        "duration",
+        "total_token_throughput",
+    ] {
+        assert!(v[key].is_number(), "{key}: {v}");
+    }
+    // The simulated server's latencies, within what a loaded machine adds; the mean TTFT is
+    // the same figure as fleetbench's own (from the same requests).
+    let ttft = v["median_ttft_ms"].as_f64().unwrap();
+    assert!((20.0..40.0).contains(&ttft), "median TTFT {ttft}: {v}");
+    let itl = v["median_itl_ms"].as_f64().unwrap();
+    assert!((itl - 5.0).abs() < 2.0, "median ITL {itl}: {v}");
+    let own_mean = own["ttft_ms"]["mean"].as_f64().unwrap();
+    assert!(
+        (v["mean_ttft_ms"].as_f64().unwrap() - own_mean).abs() < 0.01,
+        "{v} vs {own}"
+    );
+    // vLLM's ttfts are seconds.
+    let first = v["ttfts"][0].as_f64().unwrap();
+    assert!((0.015..0.1).contains(&first), "{first}");
+}

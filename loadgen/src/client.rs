@@ -1,9 +1,11 @@
-//! One HTTP/1.1 connection per stream slot, driven inside the slot's own task (no hand-off to a
-//! connection task per body chunk), and the streaming of one request over it.
+//! One HTTP/1.1 connection per stream slot (over TCP, or TLS for `https://`), driven inside the
+//! slot's own task (no hand-off to a connection task per body chunk), and the streaming of one
+//! request over it.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
@@ -12,45 +14,69 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
+use crate::endpoint::ClientOptions;
 use crate::error::{Failure, FailureKind, LoadgenError};
 use crate::sse::SseScanner;
 
-/// Where requests go: the resolved address, the `Host` header and a path prefix.
+mod transport;
+
+pub use transport::ConnectionStats;
+pub(crate) use transport::{ConnectStats, Tls};
+use transport::{Io, OpenError};
+
+/// Where requests go: the resolved address, the `Host` header, a path prefix, the TLS side of
+/// an `https://` endpoint and the headers every request carries.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub addr: SocketAddr,
     pub authority: String,
     pub prefix: String,
     pub base_url: String,
+    pub tls: Option<Tls>,
+    /// Extra headers (an API key among them): sent with every request, set-up calls included.
+    pub headers: Arc<http::HeaderMap>,
+    pub stats: Arc<ConnectStats>,
 }
 
 impl Target {
-    /// Parses `http://host:port[/prefix]` and resolves the host once.
-    pub async fn resolve(base_url: &str) -> Result<Target, LoadgenError> {
+    /// Parses `http[s]://host[:port][/prefix]`, checks the access options and resolves the host
+    /// once. Errors name the option (`client.headers`, `client.api_key`, `client.ca_cert`).
+    pub async fn resolve(base_url: &str, opts: &ClientOptions) -> Result<Target, LoadgenError> {
         let bad = |message: &str| LoadgenError::BaseUrl {
             url: base_url.to_string(),
             message: message.into(),
         };
+        let option = |field: &str, message: String| LoadgenError::Config {
+            field: format!("client.{field}"),
+            message,
+        };
+        let headers = opts.header_map().map_err(|e| option(e.field, e.message))?;
         let uri: http::Uri = base_url
             .parse()
             .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad(
-                    "https is not supported: the load generator runs next to the server",
-                ));
-            }
-            _ => return Err(bad("expected http://host:port")),
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(bad("expected http://host:port or https://host[:port]")),
+        };
+        if !https && opts.ca_cert.is_some() {
+            return Err(option(
+                "ca_cert",
+                format!("a CA is trusted for https:// only, and {base_url} is http://"),
+            ));
         }
         let authority = uri.authority().ok_or_else(|| bad("no host"))?;
-        let port = authority.port_u16().unwrap_or(80);
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let host = authority
             .host()
             .trim_start_matches('[')
             .trim_end_matches(']');
+        let tls = if https {
+            Some(Tls::new(host, opts.ca_cert.as_deref()).map_err(|m| option("ca_cert", m))?)
+        } else {
+            None
+        };
         let addr = tokio::net::lookup_host((host, port))
             .await
             .map_err(|e| bad(&format!("cannot resolve {host}: {e}")))?
@@ -61,6 +87,9 @@ impl Target {
             authority: authority.as_str().to_string(),
             prefix: uri.path().trim_end_matches('/').to_string(),
             base_url: base_url.trim_end_matches('/').to_string(),
+            tls,
+            headers: Arc::new(headers),
+            stats: Arc::default(),
         })
     }
 
@@ -87,11 +116,14 @@ impl Target {
             http::header::ACCEPT,
             http::HeaderValue::from_static("text/event-stream, application/json"),
         );
+        for (name, value) in self.headers.iter() {
+            h.append(name, value.clone());
+        }
         req
     }
 }
 
-type Driver = Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
+type Driver = Pin<Box<Connection<TokioIo<Io>, Full<Bytes>>>>;
 
 /// A keep-alive connection whose driver is polled by whoever awaits on it.
 pub(crate) struct Conn {
@@ -125,13 +157,21 @@ pub(crate) fn connect_failure(e: &std::io::Error, addr: SocketAddr) -> Failure {
 }
 
 impl Conn {
-    pub async fn open(addr: SocketAddr) -> Result<Conn, Failure> {
-        let stream = TcpStream::connect(addr)
+    /// Opens a connection to `target` (TCP, then TLS for `https://`). A failed TLS handshake
+    /// (an untrusted certificate, say) is a connect failure: no request was sent.
+    pub async fn open(target: &Target) -> Result<Conn, Failure> {
+        let addr = target.addr;
+        let io = transport::open(addr, target.tls.as_ref(), &target.stats)
             .await
-            .map_err(|e| connect_failure(&e, addr))?;
-        let _ = stream.set_nodelay(true);
+            .map_err(|e| match e {
+                OpenError::Connect(e) => connect_failure(&e, addr),
+                OpenError::Handshake(e) => Failure::new(
+                    FailureKind::Connect,
+                    format!("TLS handshake with {}: {e}", target.authority),
+                ),
+            })?;
         let (sender, driver) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|e| {
                 Failure::new(
@@ -459,7 +499,7 @@ async fn call_json_inner(
     path: &str,
     body: Bytes,
 ) -> Result<(u16, Vec<u8>), String> {
-    let mut conn = Conn::open(target.addr).await.map_err(|f| f.message)?;
+    let mut conn = Conn::open(target).await.map_err(|f| f.message)?;
     let resp = conn
         .send(target.request(method, path, body), &mut None)
         .await
@@ -509,7 +549,7 @@ impl SetupClient {
                 None => false,
             };
             if !usable {
-                self.conn = Some(Conn::open(self.target.addr).await.map_err(|f| f.message)?);
+                self.conn = Some(Conn::open(&self.target).await.map_err(|f| f.message)?);
             }
             let conn = self.conn.as_mut().expect("connection opened above");
             let resp = conn

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::endpoint::ClientOptions;
 use crate::error::LoadgenError;
 
 /// Which OpenAI-compatible endpoint to stream from.
@@ -168,8 +169,11 @@ impl FromStr for Slo {
 /// Everything a [`crate::Runner`] needs.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
-    /// `http://host:port` of the server (a path prefix is kept; `/v1/...` is appended).
+    /// `http://host:port` or `https://host[:port]` of the server (a path prefix is kept;
+    /// `/v1/...` is appended).
     pub base_url: String,
+    /// Headers, API key and CA for reaching the server.
+    pub client: ClientOptions,
     pub api: Api,
     /// Model name to send; asked from `/v1/models` when `None`.
     pub model: Option<String>,
@@ -195,6 +199,7 @@ impl BenchConfig {
     pub fn new(base_url: impl Into<String>) -> BenchConfig {
         BenchConfig {
             base_url: base_url.into(),
+            client: ClientOptions::default(),
             api: Api::Completions,
             model: None,
             dataset: DatasetSpec::Random {
@@ -238,6 +243,9 @@ impl BenchConfig {
             if !(p.is_finite() && *p > 0.0 && *p < 100.0) {
                 return bad("percentiles", format!("{p} is not in (0, 100)"));
             }
+        }
+        if let Err(e) = self.client.header_map() {
+            return bad(&format!("client.{}", e.field), e.message);
         }
         if self.request_timeout.is_zero() {
             return bad("request_timeout", "must be positive".into());

@@ -17,6 +17,7 @@ mod arrivals;
 mod client;
 mod config;
 mod dataset;
+mod endpoint;
 mod error;
 mod level;
 mod report;
@@ -27,7 +28,9 @@ pub mod table;
 mod tokenize;
 
 pub use arrivals::{schedule, schedule_for};
+pub use client::ConnectionStats;
 pub use config::{Api, BenchConfig, Bound, DatasetSpec, Level, Slo};
+pub use endpoint::ClientOptions;
 pub use error::{Failure, FailureKind, LoadgenError};
 pub use level::BURST_FACTOR;
 pub use report::{BenchReport, LeftOut, LevelOutcome, LevelReport, Progress, RequestRecord};

@@ -2,8 +2,10 @@
 //!
 //! [`init`] installs a `tracing` subscriber with three layers: human (or JSON) logs on stderr
 //! filtered by `RUST_LOG`, and — when an OTLP endpoint is configured — the
-//! `tracing-opentelemetry` layer feeding an OTLP/gRPC span exporter. A meter provider exporting
+//! `tracing-opentelemetry` layer feeding an OTLP span exporter. A meter provider exporting
 //! OTLP metrics becomes the global one, so `opentelemetry::global::meter(..)` records into it.
+//! Each signal goes over gRPC or HTTP/protobuf, in clear or TLS, with the headers the standard
+//! `OTEL_EXPORTER_OTLP_*` variables give ([`otlp`] resolves them).
 //!
 //! The exporters run on a small runtime owned by the guard. The SDK's batch processors block
 //! their own thread on the tonic client, which needs a tokio runtime to make progress; owning
@@ -12,6 +14,8 @@
 //!
 //! [`propagation`] carries the W3C trace context across gRPC calls (controller → agent).
 
+mod http_client;
+mod otlp;
 pub mod propagation;
 
 use std::fmt;
@@ -19,7 +23,7 @@ use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -29,6 +33,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
+use otlp::{Protocol, SignalExport};
 pub use propagation::{
     PropagateContext, TraceContextLayer, TraceContextService, extract_context, inject_context,
     inject_span_context, set_remote_parent,
@@ -93,16 +98,12 @@ pub enum TelemetryError {
         directives: String,
         reason: String,
     },
+    /// A standard `OTEL_*` variable (or the config's endpoint) has a value that cannot be used.
+    #[error("{variable}: {reason}")]
+    Setting { variable: String, reason: String },
     /// The runtime that drives the exporters could not be started.
     #[error("telemetry export runtime: {0}")]
     Runtime(std::io::Error),
-}
-
-/// Where each signal goes; `None` means that signal is not exported.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Endpoints {
-    traces: Option<String>,
-    metrics: Option<String>,
 }
 
 /// Sets up tracing (and OpenTelemetry export when an endpoint is configured).
@@ -111,8 +112,17 @@ struct Endpoints {
 /// subscriber is already installed (a second call in one test binary), the logs and spans keep
 /// going to the first one; the returned guard still owns this call's providers.
 pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
-    let endpoints = resolve_endpoints(&config, |k| std::env::var(k).ok())?;
-    let service_name = resolve_service_name(&config, std::env::var(ENV_SERVICE_NAME).ok());
+    init_with_env(config, &|k| std::env::var(k).ok())
+}
+
+/// [`init`] with the `OTEL_*` variables read through `env` instead of the process environment
+/// (for embedding, and for tests that must not change their process's environment).
+pub fn init_with_env(
+    config: TelemetryConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TelemetryGuard, TelemetryError> {
+    let endpoints = otlp::resolve_endpoints(&config, env)?;
+    let service_name = resolve_service_name(&config, env(ENV_SERVICE_NAME));
     let log_filter = build_log_filter(&config)?;
 
     let mut guard = TelemetryGuard {
@@ -132,12 +142,23 @@ pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
         {
             // tonic's lazy channel spawns its worker on the ambient runtime: make it ours.
             let _entered = runtime.enter();
-            if let Some(endpoint) = &endpoints.traces {
-                let exporter = opentelemetry_otlp::SpanExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(endpoint.clone())
-                    .build()
-                    .map_err(|e| exporter_error(endpoint, e))?;
+            if let Some(export) = &endpoints.traces {
+                let exporter = match export.protocol {
+                    Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
+                        .with_tonic()
+                        .with_endpoint(export.endpoint.clone())
+                        .with_metadata(metadata(export)?)
+                        .with_tls_config(grpc_tls(export))
+                        .build(),
+                    Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
+                        .with_http()
+                        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                        .with_endpoint(export.endpoint.clone())
+                        .with_headers(export.headers.iter().cloned().collect())
+                        .with_http_client(http_client(export, runtime.handle())?)
+                        .build(),
+                }
+                .map_err(|e| exporter_error(&export.endpoint, e))?;
                 guard.tracer_provider = Some(
                     SdkTracerProvider::builder()
                         .with_resource(resource.clone())
@@ -145,12 +166,23 @@ pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
                         .build(),
                 );
             }
-            if let Some(endpoint) = &endpoints.metrics {
-                let exporter = opentelemetry_otlp::MetricExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(endpoint.clone())
-                    .build()
-                    .map_err(|e| exporter_error(endpoint, e))?;
+            if let Some(export) = &endpoints.metrics {
+                let exporter = match export.protocol {
+                    Protocol::Grpc => opentelemetry_otlp::MetricExporter::builder()
+                        .with_tonic()
+                        .with_endpoint(export.endpoint.clone())
+                        .with_metadata(metadata(export)?)
+                        .with_tls_config(grpc_tls(export))
+                        .build(),
+                    Protocol::HttpProtobuf => opentelemetry_otlp::MetricExporter::builder()
+                        .with_http()
+                        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                        .with_endpoint(export.endpoint.clone())
+                        .with_headers(export.headers.iter().cloned().collect())
+                        .with_http_client(http_client(export, runtime.handle())?)
+                        .build(),
+                }
+                .map_err(|e| exporter_error(&export.endpoint, e))?;
                 guard.meter_provider = Some(
                     SdkMeterProvider::builder()
                         .with_resource(resource)
@@ -247,6 +279,48 @@ impl Drop for TelemetryGuard {
     }
 }
 
+/// gRPC metadata from the configured headers.
+fn metadata(export: &SignalExport) -> Result<tonic::metadata::MetadataMap, TelemetryError> {
+    let mut map = http::HeaderMap::new();
+    for (k, v) in &export.headers {
+        // Checked by `otlp::resolve_endpoints`; a failure here would be a bug there.
+        let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            http::HeaderValue::from_str(v),
+        ) else {
+            return Err(exporter_error(&export.endpoint, format!("header {k}")));
+        };
+        map.append(k, v);
+    }
+    Ok(tonic::metadata::MetadataMap::from_headers(map))
+}
+
+/// TLS for a gRPC export: the configured CA, else the system's store. A plain `http://`
+/// endpoint never uses it (tonic applies TLS to `https://` only).
+fn grpc_tls(export: &SignalExport) -> tonic::transport::ClientTlsConfig {
+    let tls = tonic::transport::ClientTlsConfig::new();
+    match &export.ca_cert {
+        Some((_, pem)) => tls.ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+        None => tls.with_native_roots(),
+    }
+}
+
+fn http_client(
+    export: &SignalExport,
+    runtime: &tokio::runtime::Handle,
+) -> Result<http_client::OtlpHttpClient, TelemetryError> {
+    let tls = export
+        .tls()
+        .then(|| export.ca_cert.as_ref().map(|(_, pem)| pem.as_slice()));
+    http_client::OtlpHttpClient::new(runtime.clone(), tls).map_err(|reason| match &export.ca_cert {
+        Some((path, _)) => TelemetryError::Setting {
+            variable: otlp::ENV_CERTIFICATE.into(),
+            reason: format!("{}: {reason}", path.display()),
+        },
+        None => exporter_error(&export.endpoint, reason),
+    })
+}
+
 fn exporter_error(endpoint: &str, e: impl fmt::Display) -> TelemetryError {
     TelemetryError::Exporter {
         endpoint: endpoint.to_string(),
@@ -256,57 +330,6 @@ fn exporter_error(endpoint: &str, e: impl fmt::Display) -> TelemetryError {
 
 fn non_empty(v: Option<String>) -> Option<String> {
     v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
-
-/// The config's endpoint serves both signals; otherwise the signal-specific variable, then the
-/// general one. A gRPC endpoint needs its scheme: without one the exporter would silently try
-/// TLS (opentelemetry-otlp 0.33), which is never what a plain `host:4317` meant.
-fn resolve_endpoints(
-    config: &TelemetryConfig,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Endpoints, TelemetryError> {
-    if env(ENV_SDK_DISABLED).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-        return Ok(Endpoints {
-            traces: None,
-            metrics: None,
-        });
-    }
-    let general =
-        non_empty(config.otlp_endpoint.clone()).or_else(|| non_empty(env(ENV_OTLP_ENDPOINT)));
-    let from_config = non_empty(config.otlp_endpoint.clone()).is_some();
-    let pick = |specific: &str| {
-        if from_config {
-            general.clone()
-        } else {
-            non_empty(env(specific)).or_else(|| general.clone())
-        }
-    };
-    let endpoints = Endpoints {
-        traces: pick(ENV_OTLP_TRACES_ENDPOINT),
-        metrics: pick(ENV_OTLP_METRICS_ENDPOINT),
-    };
-    for endpoint in [&endpoints.traces, &endpoints.metrics]
-        .into_iter()
-        .flatten()
-    {
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            return Err(TelemetryError::Exporter {
-                endpoint: endpoint.clone(),
-                reason: format!(
-                    "the endpoint needs a scheme: write http://{endpoint} for a plain-text collector"
-                ),
-            });
-        }
-        if endpoint.starts_with("https://") {
-            return Err(TelemetryError::Exporter {
-                endpoint: endpoint.clone(),
-                reason: "TLS to the collector is not built in; use http:// (for example through \
-                         a local collector or sidecar)"
-                    .to_string(),
-            });
-        }
-    }
-    Ok(endpoints)
 }
 
 fn resolve_service_name(config: &TelemetryConfig, env_name: Option<String>) -> String {
@@ -382,6 +405,24 @@ fn build_resource(service_name: &str) -> Resource {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    fn resolve_endpoints(
+        config: &TelemetryConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Endpoints, TelemetryError> {
+        let e = otlp::resolve_endpoints(config, &env)?;
+        Ok(Endpoints {
+            traces: e.traces.map(|s| s.endpoint),
+            metrics: e.metrics.map(|s| s.endpoint),
+        })
+    }
+
+    /// The endpoints alone, as the tests below compare them.
+    #[derive(Debug, PartialEq)]
+    struct Endpoints {
+        traces: Option<String>,
+        metrics: Option<String>,
+    }
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs
@@ -474,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn schemeless_or_tls_endpoint_is_a_clear_error() {
+    fn schemeless_endpoint_is_a_clear_error_and_tls_is_accepted() {
         let err = resolve_endpoints(
             &TelemetryConfig::default(),
             env_of(&[(ENV_OTLP_ENDPOINT, "collector:4317")]),
@@ -485,15 +526,15 @@ mod tests {
             msg.contains("collector:4317") && msg.contains("http://collector:4317"),
             "{msg}"
         );
-        let err = resolve_endpoints(
+        let tls = resolve_endpoints(
             &TelemetryConfig {
                 otlp_endpoint: Some("https://c:4317".into()),
                 ..Default::default()
             },
             env_of(&[]),
         )
-        .unwrap_err();
-        assert!(err.to_string().contains("https://c:4317"), "{err}");
+        .unwrap();
+        assert_eq!(tls.traces.as_deref(), Some("https://c:4317"));
     }
 
     #[test]

@@ -8,18 +8,22 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use fleetbench_loadgen::{
-    Api, BenchConfig, BenchReport, Bound, DatasetSpec, Level, LoadgenError, Runner, Slo, table,
+    Api, BenchConfig, BenchReport, Bound, ClientOptions, ConnectionStats, DatasetSpec, Level,
+    LoadgenError, Runner, Slo, table,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
 use super::bench_sim::Sim;
+use super::bench_vllm;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DatasetKind {
     Random,
     Sharegpt,
     SharedPrefix,
+    /// One prompt per line (vLLM's `custom` dataset is this form).
+    #[value(alias = "custom")]
     Jsonl,
     Trace,
 }
@@ -32,11 +36,27 @@ pub enum SimMode {
     Model,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Server to load, e.g. http://127.0.0.1:30000 (omit with --sim).
+    /// Server to load, e.g. http://127.0.0.1:30000 or https://gateway.example (omit with --sim).
     #[arg(long)]
     pub base_url: Option<String>,
+    /// Without --base-url: the server's host (vLLM's flag; default localhost when --port is given).
+    #[arg(long, conflicts_with_all = ["base_url", "sim"])]
+    pub host: Option<String>,
+    /// Without --base-url: the server's port (vLLM's flag; default 8000 when --host is given).
+    #[arg(long, conflicts_with_all = ["base_url", "sim"])]
+    pub port: Option<u16>,
+    /// Sent as `Authorization: Bearer KEY` with every request [default: $OPENAI_API_KEY, unless
+    /// an Authorization --header is given].
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Extra header for every request, 'Name: value' (repeatable).
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// PEM file of the CA to trust for an https:// server, instead of the system's store.
+    #[arg(long, value_name = "PEM")]
+    pub ca_cert: Option<PathBuf>,
     /// Start `fleetbench-sim` (found next to this executable) on a free port and bench it.
     #[arg(long, alias = "start-sim")]
     pub sim: bool,
@@ -52,6 +72,12 @@ pub struct Args {
     /// completions or chat.
     #[arg(long, default_value = "completions")]
     pub api: Api,
+    /// The API by its path, as vLLM names it: /v1/completions or /v1/chat/completions.
+    #[arg(long, conflicts_with = "api")]
+    pub endpoint: Option<String>,
+    /// The API by vLLM's backend name: openai or vllm (completions), openai-chat (chat).
+    #[arg(long, conflicts_with = "api")]
+    pub backend: Option<String>,
     /// Model name (default: the first one of /v1/models).
     #[arg(long)]
     pub model: Option<String>,
@@ -61,8 +87,9 @@ pub struct Args {
     /// Open-loop levels in requests/s, e.g. 5,20.
     #[arg(long, value_delimiter = ',')]
     pub request_rate: Vec<f64>,
-    /// Cap on requests in flight for --request-rate levels.
-    #[arg(long, requires = "request_rate")]
+    /// Cap on requests in flight for --request-rate levels; alone (or with --request-rate inf),
+    /// a closed loop at that concurrency, as `vllm bench serve` runs it.
+    #[arg(long)]
     pub max_concurrency: Option<u32>,
     /// Gamma shape of inter-arrival times: 1 is Poisson, below 1 burstier.
     #[arg(long, default_value_t = 1.0)]
@@ -91,16 +118,16 @@ pub struct Args {
     /// then runs from the ramp-up's end to the last send).
     #[arg(long)]
     pub steady: bool,
-    #[arg(long, value_enum, default_value = "random")]
+    #[arg(long, alias = "dataset-name", value_enum, default_value = "random")]
     pub dataset: DatasetKind,
     /// File of the sharegpt, jsonl or trace dataset.
     #[arg(long)]
     pub dataset_path: Option<PathBuf>,
     /// Prompt tokens (random; suffix tokens for shared-prefix).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, alias = "random-input-len", default_value_t = 128)]
     pub input_len: u32,
     /// Output tokens (max_tokens); for sharegpt it replaces the reply's length.
-    #[arg(long)]
+    #[arg(long, alias = "random-output-len")]
     pub output_len: Option<u32>,
     /// Lengths drawn from [len × ratio, len]; 1 gives exact lengths.
     #[arg(long, default_value_t = 1.0)]
@@ -114,7 +141,15 @@ pub struct Args {
     /// SLOs for goodput, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=10000.
     #[arg(long)]
     pub slo: Option<Slo>,
-    #[arg(long, value_delimiter = ',', default_value = "50,90,99,99.9")]
+    /// vLLM's form of --slo: ttft:500 tpot:50 e2el:10000 (ms).
+    #[arg(long, num_args = 1.., conflicts_with = "slo")]
+    pub goodput: Vec<String>,
+    #[arg(
+        long,
+        alias = "metric-percentiles",
+        value_delimiter = ',',
+        default_value = "50,90,99,99.9"
+    )]
     pub percentiles: Vec<f64>,
     /// Write {"levels": [...]} here.
     #[arg(long)]
@@ -122,6 +157,16 @@ pub struct Args {
     /// Write one JSON line per request here.
     #[arg(long)]
     pub output_details: Option<PathBuf>,
+    /// Also write each level's results in `vllm bench serve --save-result`'s JSON form.
+    #[arg(long)]
+    pub save_result: bool,
+    /// File of --save-result (default fleetbench-<load>-<model>-<date>.json); with several
+    /// levels, each level's load is added before the extension.
+    #[arg(long, requires = "save_result")]
+    pub result_filename: Option<PathBuf>,
+    /// Directory of --save-result's files.
+    #[arg(long, requires = "save_result")]
+    pub result_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Local tokenizer.json to shape prompts with (default: the server's /tokenize).
@@ -130,6 +175,9 @@ pub struct Args {
     /// Let the server stop at end-of-sequence (default: ignore_eos, fixed output lengths).
     #[arg(long)]
     pub no_ignore_eos: bool,
+    /// Accepted for vLLM's command lines: ignore_eos is already the default.
+    #[arg(long, conflicts_with = "no_ignore_eos")]
+    pub ignore_eos: bool,
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
 }
@@ -146,6 +194,38 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
             "--ramp-up",
             "spreads the streams of closed-loop levels: give --concurrency"
         ));
+    }
+    if !a.concurrency.is_empty() && a.max_concurrency.is_some() {
+        bail!(flag_error(
+            "--max-concurrency",
+            "caps --request-rate levels; --concurrency levels are already closed loops"
+        ));
+    }
+    // vLLM's closed loop: every request due at once (`--request-rate inf`, its default), at most
+    // --max-concurrency in flight.
+    let infinite = a.request_rate.iter().filter(|r| r.is_infinite()).count();
+    if infinite > 0 && infinite < a.request_rate.len() {
+        bail!(flag_error(
+            "--request-rate",
+            "inf (a closed loop) and finite rates cannot be mixed in one run"
+        ));
+    }
+    if a.concurrency.is_empty()
+        && (infinite > 0 || (a.request_rate.is_empty() && a.max_concurrency.is_some()))
+    {
+        let c = match (a.max_concurrency, a.num_prompts) {
+            (Some(c), _) => c,
+            (None, Some(n)) => n,
+            (None, None) => bail!(flag_error(
+                "--request-rate",
+                "inf sends every request at once: give --max-concurrency (or --num-prompts)"
+            )),
+        };
+        let mut closed = a.clone();
+        closed.concurrency = vec![c];
+        closed.request_rate.clear();
+        closed.max_concurrency = None;
+        return config(&closed, base_url);
     }
     let levels: Vec<Level> = match (a.concurrency.is_empty(), a.request_rate.is_empty()) {
         (true, true) => bail!("give --concurrency (closed loop) or --request-rate (open loop)"),
@@ -198,10 +278,15 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
             path: path("trace")?,
         },
     };
-    for p in [&a.dataset_path, &a.tokenizer].into_iter().flatten() {
+    for p in [&a.dataset_path, &a.tokenizer, &a.ca_cert]
+        .into_iter()
+        .flatten()
+    {
         if !p.is_file() {
             let flag = if Some(p) == a.tokenizer.as_ref() {
                 "--tokenizer"
+            } else if Some(p) == a.ca_cert.as_ref() {
+                "--ca-cert"
             } else {
                 "--dataset-path"
             };
@@ -211,20 +296,74 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
             ));
         }
     }
+    let slo = match (a.slo, a.goodput.is_empty()) {
+        (Some(s), _) => Some(s),
+        (None, true) => None,
+        (None, false) => Some(goodput_slo(&a.goodput).map_err(|m| flag_error("--goodput", m))?),
+    };
     let bound = match (a.num_prompts, a.duration) {
         (_, Some(d)) => Bound::Duration(d),
         (n, None) => Bound::Requests(n.unwrap_or(100)),
     };
+    let mut headers = Vec::with_capacity(a.headers.len());
+    for h in &a.headers {
+        // 'Name: value', or vLLM's KEY=VALUE: whichever separator comes first.
+        let sep = h.find([':', '=']).ok_or_else(|| {
+            flag_error(
+                "--header",
+                format!("{h:?} is not 'Name: value' or NAME=VALUE"),
+            )
+        })?;
+        let (name, value) = (&h[..sep], &h[sep + 1..]);
+        headers.push((name.trim().to_string(), value.trim().to_string()));
+    }
+    // The environment's key yields to an explicit Authorization header; the flag does not (both
+    // given is an error that names them).
+    let has_authorization = headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("authorization"));
+    let api_key = a.api_key.clone().or_else(|| {
+        std::env::var("OPENAI_API_KEY")
+            .ok()
+            .filter(|k| !has_authorization && !k.trim().is_empty())
+    });
+    let client = ClientOptions {
+        headers,
+        api_key,
+        ca_cert: a.ca_cert.clone(),
+    };
+    // vLLM command lines give both --backend and --endpoint; the endpoint decides.
+    let backend_api = match a.backend.as_deref() {
+        None => None,
+        Some("openai" | "vllm") => Some(Api::Completions),
+        Some("openai-chat") => Some(Api::Chat),
+        Some(other) => bail!(flag_error(
+            "--backend",
+            format!("{other:?}: expected openai, vllm or openai-chat")
+        )),
+    };
+    let api = match &a.endpoint {
+        Some(e) => match e.trim_end_matches('/') {
+            "/v1/completions" => Api::Completions,
+            "/v1/chat/completions" => Api::Chat,
+            other => bail!(flag_error(
+                "--endpoint",
+                format!("{other:?}: expected /v1/completions or /v1/chat/completions")
+            )),
+        },
+        None => backend_api.unwrap_or(a.api),
+    };
     let cfg = BenchConfig {
         base_url,
-        api: a.api,
+        client,
+        api,
         model: a.model.clone(),
         dataset,
         levels,
         bound,
         warmup: a.warmup,
         percentiles: a.percentiles.clone(),
-        slo: a.slo,
+        slo,
         seed: a.seed,
         ignore_eos: !a.no_ignore_eos,
         request_timeout: a.request_timeout,
@@ -232,6 +371,25 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
     };
     cfg.validate().map_err(config_error)?;
     Ok(cfg)
+}
+
+/// vLLM's `--goodput ttft:500 tpot:50 e2el:10000` as an SLO (its TPOT is fleetbench's per-request
+/// time per output token, `tpot_ms`).
+fn goodput_slo(items: &[String]) -> Result<Slo, String> {
+    let mut parts = Vec::new();
+    for item in items.iter().flat_map(|i| i.split_whitespace()) {
+        let (k, v) = item
+            .split_once(':')
+            .ok_or_else(|| format!("{item:?} is not KEY:VALUE (keys: ttft, tpot, e2el)"))?;
+        let key = match k {
+            "ttft" => "ttft_ms",
+            "tpot" => "tpot_ms",
+            "e2el" => "e2e_ms",
+            other => return Err(format!("unknown key {other:?} (keys: ttft, tpot, e2el)")),
+        };
+        parts.push(format!("{key}={v}"));
+    }
+    parts.join(",").parse()
 }
 
 /// Names the flag behind a configuration field.
@@ -248,6 +406,9 @@ fn config_error(e: LoadgenError) -> anyhow::Error {
         "dataset.output_len" => "--output-len",
         "dataset.range_ratio" => "--range-ratio",
         "dataset.groups" => "--groups/--prompts-per-group",
+        "client.headers" => "--header",
+        "client.api_key" => "--api-key (or OPENAI_API_KEY)",
+        "client.ca_cert" => "--ca-cert",
         _ => return e.into(),
     };
     flag_error(flag, message)
@@ -264,6 +425,11 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
             sim = Some(s);
             url
         }
+        (None, false) if a.host.is_some() || a.port.is_some() => format!(
+            "http://{}:{}",
+            a.host.as_deref().unwrap_or("localhost"),
+            a.port.unwrap_or(8000)
+        ),
         (None, false) => {
             bail!("--base-url: give the server's URL (or --sim to start a simulated engine)")
         }
@@ -282,8 +448,10 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
         cfg.base_url, cfg.api
     );
     let levels = cfg.levels.clone();
+    let https = cfg.base_url.starts_with("https://");
     let runner = Runner::new(cfg)
         .await
+        .map_err(config_error)
         .context("cannot start the benchmark")?
         .with_ramp_up(a.ramp_up.unwrap_or_default());
     let runner = if a.steady || a.window.is_some() {
@@ -318,6 +486,7 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut report = BenchReport::default();
+    let date = bench_vllm::date_now();
     for (i, level) in levels.iter().enumerate() {
         if cancel.is_cancelled() {
             break;
@@ -328,6 +497,7 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_prefix(level_name(level));
+        let connections_before = runner.connection_stats();
         let bar2 = bar.clone();
         let ui = tokio::spawn(async move {
             while let Some(p) = rx.recv().await {
@@ -340,11 +510,48 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
             }
         });
         let outcome = runner
-            .run_level_detailed(i, level, Some(tx), cancel.clone(), details.is_some())
+            .run_level_detailed(
+                i,
+                level,
+                Some(tx),
+                cancel.clone(),
+                details.is_some() || a.save_result,
+            )
             .await;
         let _ = ui.await;
         bar.finish_and_clear();
         print!("{}", table::level_block(runner.model(), &outcome.report));
+        let c = runner.connection_stats().since(&connections_before);
+        eprintln!("{}", connection_note(&c, level, https, a.warmup));
+        if a.save_result {
+            let meta = bench_vllm::Meta {
+                api: runner.config().api,
+                model: runner.model(),
+                tokenizer: a.tokenizer.as_deref(),
+                num_prompts: a.num_prompts,
+                burstiness: a.burstiness,
+                percentiles: &a.percentiles,
+                goodput: runner.config().slo.is_some(),
+                date: &date,
+            };
+            let doc = bench_vllm::result(&meta, &outcome.report, &outcome.records);
+            let path = bench_vllm::path(
+                a.result_dir.as_deref(),
+                a.result_filename.as_deref(),
+                &outcome.report,
+                levels.len(),
+                runner.model(),
+                &date,
+            );
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("--save-result: cannot create {}", dir.display()))?;
+            }
+            let text = serde_json::to_string_pretty(&doc).context("--save-result")?;
+            std::fs::write(&path, text)
+                .with_context(|| format!("--save-result: cannot write {}", path.display()))?;
+            eprintln!("vLLM-format result: {}", path.display());
+        }
         if let Some(w) = details.as_mut() {
             for r in &outcome.records {
                 writeln!(w, "{}", r.to_json_line()).context("--output-details: write failed")?;
@@ -371,6 +578,42 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// What connection set-up cost during a level, and how much of it the measured figures hold: a
+/// closed loop opens its streams' connections before its clock starts; a connection opened after
+/// that (an open-loop slot's first, or a reconnect after the server closed a kept-alive one, as
+/// llama-server does after every streamed answer) is opened for a request already due, whose
+/// TTFT and E2E then include the TCP connect and, for https, the TLS handshake.
+fn connection_note(c: &ConnectionStats, level: &Level, https: bool, warmup: u32) -> String {
+    let mean = |d: Duration| {
+        if c.opened == 0 {
+            0.0
+        } else {
+            d.as_secs_f64() * 1e3 / c.opened as f64
+        }
+    };
+    let tls = if https {
+        format!(", TLS handshake mean {:.2} ms", mean(c.tls_handshake))
+    } else {
+        String::new()
+    };
+    let before_clock = match (level.request_rate, level.concurrency) {
+        (None, Some(slots)) => u64::from(slots),
+        _ => 0,
+    };
+    let measuring = c.opened.saturating_sub(before_clock);
+    let warm = if warmup > 0 {
+        " (warm-up's included)"
+    } else {
+        ""
+    };
+    format!(
+        "connections: {} opened{warm}, TCP connect mean {:.2} ms{tls}; {measuring} opened for a \
+         request already due: those requests' TTFT and E2E include the set-up",
+        c.opened,
+        mean(c.tcp_connect),
+    )
 }
 
 fn level_name(l: &Level) -> String {
@@ -442,5 +685,74 @@ mod tests {
         assert!(err("--concurrency 2 --duration soon").contains("--duration"));
         assert!(err("--concurrency 2 --ramp-up soon").contains("--ramp-up"));
         assert!(err("--request-rate 2 --ramp-up 1s").contains("--concurrency"));
+        assert!(err("--concurrency 2 --header NoColon").contains("--header"));
+        assert!(err("--concurrency 2 --header Host:x").contains("--header"));
+        assert!(err("--concurrency 2 --header Bad_Name?:x").contains("--header"));
+        assert!(err("--concurrency 2 --ca-cert /nonexistent.pem").contains("--ca-cert"));
+        let both = err("--concurrency 2 --api-key k --header Authorization:Bearer_x");
+        assert!(both.contains("--api-key"), "{both}");
+        assert!(!both.contains("Bearer_x"), "the value is a secret: {both}");
+    }
+
+    #[test]
+    fn vllm_bench_serve_flags_are_understood() {
+        // `vllm bench serve`'s closed loop: --request-rate inf (its default) and a cap.
+        let c = parse(
+            "--backend openai-chat --dataset-name random --random-input-len 32 \
+             --random-output-len 16 --num-prompts 20 --max-concurrency 4 --request-rate inf \
+             --metric-percentiles 50,99 --goodput ttft:500 tpot:50 --ignore-eos",
+        )
+        .unwrap();
+        assert_eq!(c.api, Api::Chat);
+        assert_eq!(c.levels, vec![Level::closed(4)]);
+        assert_eq!(c.bound, Bound::Requests(20));
+        assert_eq!(c.percentiles, vec![50.0, 99.0]);
+        assert_eq!(
+            c.dataset,
+            DatasetSpec::Random {
+                input_len: 32,
+                output_len: 16,
+                range_ratio: 1.0
+            }
+        );
+        let slo = c.slo.unwrap();
+        assert_eq!(
+            (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms),
+            (Some(500.0), Some(50.0), None)
+        );
+        assert!(c.ignore_eos);
+        // --max-concurrency alone is the same closed loop; --endpoint picks the API.
+        let c = parse("--max-concurrency 8 --endpoint /v1/completions").unwrap();
+        assert_eq!(c.levels, vec![Level::closed(8)]);
+        assert_eq!(c.api, Api::Completions);
+        // A finite rate keeps the cap as a cap.
+        let c = parse("--request-rate 5 --max-concurrency 8").unwrap();
+        assert_eq!(c.levels[0].concurrency, Some(8));
+        assert_eq!(c.levels[0].request_rate, Some(5.0));
+        // vLLM's KEY=VALUE header form.
+        let c = parse("--concurrency 1 --header X-Tenant=a:b").unwrap();
+        assert_eq!(c.client.headers, [("X-Tenant".into(), "a:b".into())]);
+        let err = |line: &str| format!("{:#}", parse(line).unwrap_err());
+        assert!(err("--concurrency 1 --endpoint /v1/embeddings").contains("--endpoint"));
+        assert!(err("--backend tgi --concurrency 1").contains("--backend"));
+        assert!(err("--request-rate inf,5").contains("--request-rate"));
+        assert!(err("--request-rate inf").contains("--max-concurrency"));
+        assert!(err("--concurrency 2 --max-concurrency 4").contains("--max-concurrency"));
+        assert!(err("--concurrency 1 --goodput ttft=5").contains("--goodput"));
+        assert!(err("--concurrency 1 --goodput itl:5").contains("--goodput"));
+    }
+
+    #[test]
+    fn access_flags_become_client_options() {
+        let c = parse("--concurrency 1 --api-key sk-1 --header X-Tenant:a --header X-Tenant:b")
+            .unwrap();
+        assert_eq!(c.client.api_key.as_deref(), Some("sk-1"));
+        assert_eq!(
+            c.client.headers,
+            [
+                ("X-Tenant".into(), "a".into()),
+                ("X-Tenant".into(), "b".into())
+            ]
+        );
     }
 }

@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod bench;
 pub mod bench_sim;
+pub mod bench_vllm;
 pub mod certs;
 pub mod compare;
 pub mod diff;

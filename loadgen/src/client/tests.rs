@@ -35,14 +35,20 @@ async fn answer_once_then_close() -> SocketAddr {
     addr
 }
 
-fn request(addr: SocketAddr) -> http::Request<Full<Bytes>> {
-    let target = Target {
+fn target(addr: SocketAddr) -> Target {
+    Target {
         addr,
         authority: addr.to_string(),
         prefix: String::new(),
         base_url: format!("http://{addr}"),
-    };
-    target.request(
+        tls: None,
+        headers: Default::default(),
+        stats: Default::default(),
+    }
+}
+
+fn request(addr: SocketAddr) -> http::Request<Full<Bytes>> {
+    target(addr).request(
         http::Method::POST,
         "/v1/completions",
         Bytes::from_static(b"{}"),
@@ -52,7 +58,7 @@ fn request(addr: SocketAddr) -> http::Request<Full<Bytes>> {
 #[tokio::test]
 async fn a_request_sent_as_the_server_closes_fails_instead_of_hanging() {
     let addr = answer_once_then_close().await;
-    let mut conn = Conn::open(addr).await.expect("connect");
+    let mut conn = Conn::open(&target(addr)).await.expect("connect");
     let mut scratch = Scratch::default();
     let first = stream_request(&mut conn, request(addr), &mut scratch).await;
     assert!(first.is_ok(), "{first:?}");

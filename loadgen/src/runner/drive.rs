@@ -135,7 +135,7 @@ pub(super) async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
                 let offset = ramp.mul_f64(f64::from(s) / f64::from(slots));
                 set.spawn(async move {
                     let mut slot = Slot {
-                        conn: Conn::open(sh.target.addr).await.ok(),
+                        conn: Conn::open(&sh.target).await.ok(),
                         scratch: Scratch::default(),
                     };
                     barrier.wait().await;
@@ -254,7 +254,7 @@ impl Slot {
                     None => false,
                 };
                 if !usable {
-                    *conn = Some(Conn::open(sh.target.addr).await?);
+                    *conn = Some(Conn::open(&sh.target).await?);
                 }
                 let c = conn.as_mut().expect("connection set above");
                 let req = sh.target.request(http::Method::POST, sh.path, body.clone());

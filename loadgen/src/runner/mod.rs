@@ -77,7 +77,7 @@ impl Runner {
     /// every prompt (shaped to exact lengths where a tokenizer is at hand).
     pub async fn new(cfg: BenchConfig) -> Result<Runner, LoadgenError> {
         cfg.validate()?;
-        let target = Target::resolve(&cfg.base_url).await?;
+        let target = Target::resolve(&cfg.base_url, &cfg.client).await?;
         let server_err = |message: String| LoadgenError::Server {
             url: target.base_url.clone(),
             message,
@@ -242,6 +242,12 @@ impl Runner {
     /// How prompt lengths were shaped.
     pub fn shaping(&self) -> &Shaping {
         &self.shaping
+    }
+
+    /// What opening connections to the server has cost so far (set-up calls, warm-up and
+    /// every level); subtract two snapshots for one level.
+    pub fn connection_stats(&self) -> crate::client::ConnectionStats {
+        self.target.stats.snapshot()
     }
 
     /// The configuration this runner was built with.
