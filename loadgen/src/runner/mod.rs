@@ -30,6 +30,11 @@ const HANDOFF_LEAD: Duration = Duration::from_millis(3);
 /// Prompts built for a run whose bound is a duration (they are cycled).
 const DURATION_POOL: usize = 1000;
 
+/// At most this many prompts for a run counted in requests (each is shaped, some through the
+/// server's `/tokenize`): beyond it the levels cycle the pool, thousands of requests apart,
+/// when an engine's prompt cache has most likely let them go.
+const REQUESTS_POOL_MAX: usize = 8192;
+
 // Levels of one runner take successive prompts from the pool (`prompt_cursor`), not the pool
 // from its start each time: an engine with a prompt cache (llama.cpp's slots and `--cache-ram`,
 // SGLang's radix tree) served the second level's replayed prompts from its cache: 98 % of a
@@ -134,7 +139,9 @@ impl Runner {
         // Every level gets prompts of its own when the levels are counted in requests; a
         // duration-bound run cycles its pool across all of its levels.
         let measured = match cfg.bound {
-            Bound::Requests(n) => n as usize * cfg.levels.len().max(1),
+            Bound::Requests(n) => {
+                (n as usize * cfg.levels.len().max(1)).min(REQUESTS_POOL_MAX.max(n as usize))
+            }
             Bound::Duration(_) => DURATION_POOL,
         };
         let seed = cfg.seed;
