@@ -396,6 +396,8 @@ fn certificates_controller_store_and_monitoring_hang_together() {
         strings(&by_secret[&api_secret]["spec"]["dnsNames"]).contains(&host.to_string()),
         "{host}"
     );
+    // Operators reach it through `kubectl port-forward` as localhost (docs/deploy.md).
+    assert!(strings(&by_secret[&api_secret]["spec"]["dnsNames"]).contains(&"localhost".into()));
     // The controller dials agents as a client, and agents serve the name it checks.
     let client_secret = secret_of(cfg["agent_tls"]["cert"].as_str().unwrap());
     assert_eq!(
