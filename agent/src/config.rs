@@ -43,6 +43,14 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// The CA a client (controller) certificate must chain to (PEM).
     pub client_ca: PathBuf,
+    /// The controller identities (certificate CN, with OU `controller`) this agent answers.
+    /// Any other certificate of the CA (another agent's, an operator's) is refused.
+    #[serde(default = "default_allowed_clients")]
+    pub allowed_clients: Vec<String>,
+}
+
+fn default_allowed_clients() -> Vec<String> {
+    vec!["fleetbench-controller".into()]
 }
 
 /// Client TLS files for calling the controller.
@@ -253,10 +261,17 @@ impl AgentConfig {
                 ));
             }
             (false, Some(t)) => {
+                if t.allowed_clients.is_empty() {
+                    return Err(ConfigError::field(
+                        "tls.allowed_clients",
+                        "must name at least one controller identity",
+                    ));
+                }
                 let t = TlsFiles {
                     cert: abs(&t.cert),
                     key: abs(&t.key),
                     client_ca: abs(&t.client_ca),
+                    allowed_clients: t.allowed_clients,
                 };
                 for (field, p) in [
                     ("tls.cert", &t.cert),

@@ -167,9 +167,10 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
     let cfg = Arc::new(config);
     let service = service::AgentService::new(cfg.clone(), sup.clone(), gpus, http);
     let stop = CancellationToken::new();
+    let allowed = cfg.tls.as_ref().map(|t| t.allowed_clients.clone());
     let server = tokio::spawn(server::serve(
         listener,
-        tls,
+        tls.map(|t| (t, allowed.unwrap_or_default())),
         service,
         stop.clone().cancelled_owned(),
     ));

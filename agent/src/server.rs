@@ -8,8 +8,11 @@ use std::future::Future;
 
 use fleetbench_proto::agentpb::agent_server::AgentServer;
 use fleetbench_support::telemetry::TraceContextLayer;
+use fleetbench_support::tls::{Role, peer_identity};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Server, ServerTlsConfig};
 
 use crate::service::AgentService;
@@ -17,28 +20,59 @@ use crate::service::AgentService;
 /// Largest message accepted (a long log tail or a P2P report stays far below).
 const MAX_MESSAGE: usize = 16 << 20;
 
-/// Serves until `shutdown` completes.
+/// Lets through only callers whose certificate names an allowed controller identity with the
+/// controller role: the CA also signs agents, operators and viewers, and none of them may drive
+/// an agent. `None`: plaintext on loopback, no certificates to check.
+fn authorize(
+    allowed: Option<Vec<String>>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, Status> + Clone {
+    move |req: tonic::Request<()>| {
+        let Some(allowed) = &allowed else {
+            return Ok(req);
+        };
+        let who = req
+            .peer_certs()
+            .and_then(|c| c.first().and_then(|d| peer_identity(d.as_ref())));
+        match who {
+            Some(id) if id.role == Some(Role::Controller) && allowed.contains(&id.name) => Ok(req),
+            Some(id) => Err(Status::permission_denied(format!(
+                "client certificate {id} may not call this agent: it answers only the \
+                 controller identities {} (tls.allowed_clients)",
+                allowed.join(", ")
+            ))),
+            None => Err(Status::unauthenticated(
+                "no client certificate with a readable identity",
+            )),
+        }
+    }
+}
+
+/// Serves until `shutdown` completes. With TLS, `allowed` names the controller identities
+/// answered.
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<ServerTlsConfig>,
+    tls: Option<(ServerTlsConfig, Vec<String>)>,
     service: AgentService,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AgentServer<AgentService>>().await;
     let mut builder = Server::builder();
-    if let Some(tls) = tls {
+    let mut allowed = None;
+    if let Some((tls, names)) = tls {
         builder = builder.tls_config(tls)?;
+        allowed = Some(names);
     }
     // Each request runs in an `rpc.server` span continuing the caller's trace (W3C traceparent).
     builder
         .layer(TraceContextLayer)
         .add_service(health_service)
-        .add_service(
+        .add_service(InterceptedService::new(
             AgentServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
-        )
+            authorize(allowed),
+        ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await
 }

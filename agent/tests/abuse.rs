@@ -512,3 +512,58 @@ async fn huge_and_tiny_numbers_in_every_bounded_field_are_refused() {
     c.get_host(agentpb::GetHostRequest {}).await.unwrap();
     nothing_started(&agent, &mut c).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_agent_certificate_cannot_call_an_agent() {
+    use tonic::transport::Endpoint;
+    let agent = Agent::start(PROFILES).unwrap();
+    let certs = &agent.certs;
+    // Every certificate the CA signed that is not the controller's: another agent's (the shared
+    // agent certificate, as a compromised engine container would hold), an operator's, a
+    // viewer's. Each passes the TLS handshake and is refused by identity.
+    for (cert, key, who) in [
+        (
+            &certs.agent_cert,
+            &certs.agent_key,
+            "fleetbench-agent (role agent)",
+        ),
+        (&certs.operator.cert, &certs.operator.key, "(role operator)"),
+        (&certs.viewer.cert, &certs.viewer.key, "(role viewer)"),
+    ] {
+        let tls =
+            fleetbench_support::tls::client_tls(&certs.ca_cert, cert, key, "localhost").unwrap();
+        let ch = Endpoint::from_shared(format!("https://{}", agent.addr))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut foreign = AgentClient::new(ch);
+        let s = foreign
+            .apply_engine(agentpb::ApplyEngineRequest {
+                spec: Some(spec(
+                    "sim",
+                    "sim-model",
+                    fleetbench_testkit::free_port(),
+                    &[],
+                )),
+                run_id: String::new(),
+            })
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{who} was answered"));
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{}", s.message());
+        says(
+            &s,
+            &[who, "may not call this agent", "fleetbench-controller"],
+        );
+        let s = foreign
+            .get_host(agentpb::GetHostRequest {})
+            .await
+            .unwrap_err();
+        assert_eq!(s.code(), tonic::Code::PermissionDenied);
+    }
+    let mut c = agent.client().await.unwrap();
+    nothing_started(&agent, &mut c).await;
+}

@@ -45,10 +45,12 @@ pub enum TlsError {
 }
 
 mod issue;
+mod peer;
 pub use issue::{
     AgentCert, CertPair, DevCerts, InitOptions, Role, Usage, generate_dev_certs, init_certs,
     issue_agent_certs, parse_agent_spec,
 };
+pub use peer::{PeerIdentity, peer_identity};
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
