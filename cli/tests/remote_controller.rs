@@ -90,6 +90,16 @@ async fn run_watch_jobs_and_agents_against_a_controller_with_a_token() {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 agents = fleetbench(&cwd, &["agents", "--controller", &url], Some("t0ken"));
             }
+            let agents_json = fleetbench(
+                &cwd,
+                &["agents", "--controller", &url, "--json"],
+                Some("t0ken"),
+            );
+            let doc: serde_json::Value = serde_json::from_slice(&agents_json.stdout)
+                .unwrap_or_else(|e| panic!("agents --json: {e}: {}", text(&agents_json)));
+            assert_eq!(doc[0]["name"], "gpu-a", "{doc}");
+            assert_eq!(doc[0]["health"], "ready", "{doc}");
+            assert_eq!(doc[0]["labels"]["rack"], "r1", "{doc}");
             let run = fleetbench(
                 &cwd,
                 &[

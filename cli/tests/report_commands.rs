@@ -299,6 +299,30 @@ async fn compare_report_and_diff_read_the_embedded_store() {
         !text.contains("tp_size"),
         "equal entries are not listed: {text}"
     );
+
+    // The same difference as JSON for scripts.
+    let json = ok(&fleetbench(
+        dir.path(),
+        &[
+            "diff",
+            &format!("{JOB}-t00-a1"),
+            &format!("{JOB}-t01-a1"),
+            "--json",
+        ],
+    ));
+    let doc: serde_json::Value = serde_json::from_str(&json).expect(&json);
+    assert_eq!(doc["same"], 2, "{doc}");
+    let keys: Vec<&str> = doc["differ"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2, "{doc}");
+    assert!(
+        keys.iter().any(|k| k.contains("moe_runner_backend")),
+        "{doc}"
+    );
 }
 
 #[test]

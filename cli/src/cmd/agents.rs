@@ -11,6 +11,30 @@ use super::jobs::{ControllerArgs, ago, connect};
 pub struct Args {
     #[command(flatten)]
     pub controller: ControllerArgs,
+    /// Print the agents as a JSON array on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn agent_json(a: &AgentInfo) -> serde_json::Value {
+    let gpus: Vec<serde_json::Value> = a
+        .facts
+        .iter()
+        .flat_map(|f| &f.gpus)
+        .map(|g| serde_json::json!({ "name": g.name }))
+        .collect();
+    serde_json::json!({
+        "name": a.name,
+        "address": a.address,
+        "health": health(a),
+        "gpus": gpus,
+        "source": a.source,
+        "last_seen_unix_ms": a.last_seen_unix_ms,
+        "labels": a.labels.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "current_job_id": a.current_job_id,
+        "current_config_id": a.current_config_id,
+        "error": a.error,
+    })
 }
 
 fn health(a: &AgentInfo) -> String {
@@ -43,6 +67,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("ListAgents")?
         .into_inner()
         .agents;
+    if args.json {
+        let doc: Vec<_> = agents.iter().map(agent_json).collect();
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if agents.is_empty() {
         println!("no agents (add [[hosts]] to the controller's config, or let agents register)");
         return Ok(ExitCode::SUCCESS);

@@ -20,6 +20,9 @@ pub struct Args {
     /// Data directory of the embedded controller, read when no controller is given.
     #[arg(long, default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
+    /// Print the differing entries as JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -28,6 +31,22 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let b = source.run(&args.run_b).await;
     source.close().await;
     let (a, b) = (a?, b?);
-    print!("{}", render_diff(&a, &b, &diff_runs(&a, &b)));
+    let diff = diff_runs(&a, &b);
+    if args.json {
+        let rows: Vec<_> = diff
+            .rows
+            .iter()
+            .map(|r| serde_json::json!({ "key": r.key, "a": r.a, "b": r.b }))
+            .collect();
+        let doc = serde_json::json!({
+            "run_a": args.run_a,
+            "run_b": args.run_b,
+            "differ": rows,
+            "same": diff.same,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", render_diff(&a, &b, &diff));
     Ok(ExitCode::SUCCESS)
 }

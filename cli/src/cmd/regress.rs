@@ -1,5 +1,9 @@
 //! `fleetbench regress SUITE`: run a regression suite, compare every gated metric at every
-//! level with the baseline, print the verdicts, write JUnit XML, exit 1 on a regression.
+//! level with the baseline, print the verdicts (or `--json`), write JUnit XML.
+//!
+//! Exit status: 0 no regression, 1 a regression, 2 the suite could not run (invalid suite,
+//! controller unreachable, the suite's job failed, no baseline): CI can tell "the code got
+//! slower" from "the benchmark is broken".
 //!
 //! Like `run`, with no controller address it starts an embedded controller with local agents
 //! (`--agents N`), whose store keeps the suite's history (baselines, last passing run). With
@@ -34,7 +38,13 @@ pub struct Args {
     /// Local agents the embedded controller starts (hosts local-0, local-1, …).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub agents: u32,
+    /// Print the outcome as one JSON document on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
+
+/// The exit status of a suite that could not run.
+const COULD_NOT_RUN: u8 = 2;
 
 /// A controller with local agents started in this process (no `--controller` given).
 pub(crate) struct LocalFleet {
@@ -98,6 +108,17 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match run_suite(args).await {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            eprintln!("the suite could not run (exit status {COULD_NOT_RUN})");
+            Ok(ExitCode::from(COULD_NOT_RUN))
+        }
+    }
+}
+
+async fn run_suite(args: Args) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.suite)
         .with_context(|| format!("cannot read the suite {}", args.suite.display()))?;
     let file_name = args.suite.display().to_string();
@@ -110,7 +131,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "{} problem(s) in {file_name}; nothing was run",
             errors.len()
         );
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(COULD_NOT_RUN));
     }
     let tag = args.tag.clone().unwrap_or_default();
     let (local, url) = match &args.controller.controller {
@@ -139,10 +160,34 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             for e in &errors {
                 eprintln!("{e}");
             }
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(COULD_NOT_RUN));
         }
         Err(e) => return Err(e).context(format!("suite {file_name}")),
     };
+    let regressions = outcome
+        .verdicts
+        .iter()
+        .filter(|v| v.status == Status::Regressed)
+        .count();
+    if let Some(path) = &args.junit {
+        let xml = regress::junit::junit_xml(&outcome.suite, &outcome.verdicts)
+            .context("rendering JUnit XML")?;
+        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))?;
+        if !args.json {
+            println!("wrote {}", path.display());
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome_json(&outcome, &tag))?
+        );
+        return Ok(if outcome.passed {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     println!(
         "suite {}: run {} (job {}), baseline: {}",
         outcome.suite,
@@ -154,17 +199,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or("none (first run: nothing to compare)")
     );
     print!("{}", regress::verdict::render(&outcome.verdicts));
-    if let Some(path) = &args.junit {
-        let xml = regress::junit::junit_xml(&outcome.suite, &outcome.verdicts)
-            .context("rendering JUnit XML")?;
-        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
-    }
-    let regressions = outcome
-        .verdicts
-        .iter()
-        .filter(|v| v.status == Status::Regressed)
-        .count();
     if outcome.passed {
         println!("PASS: {} checks, no regression", outcome.verdicts.len());
         Ok(ExitCode::SUCCESS)
@@ -175,4 +209,40 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// `--json`: the outcome with every verdict (values per repeat, the change and its interval).
+fn outcome_json(o: &regress::SuiteOutcome, tag: &str) -> serde_json::Value {
+    let verdicts: Vec<serde_json::Value> = o
+        .verdicts
+        .iter()
+        .map(|v| {
+            serde_json::json!({
+                "config": v.config,
+                "workload": v.workload,
+                "level": v.level,
+                "metric": v.metric.name(),
+                "tolerance": v.tolerance,
+                "baseline": v.baseline,
+                "current": v.current,
+                "change": v.change.map(|c| serde_json::json!({
+                    "relative": c.relative, "low": c.low, "high": c.high
+                })),
+                "status": match v.status {
+                    Status::Pass => "pass",
+                    Status::Regressed => "regressed",
+                    Status::NoBaseline => "no_baseline",
+                },
+                "detail": v.detail,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "suite": o.suite,
+        "tag": tag,
+        "job_id": o.job.id,
+        "baseline_job_id": o.baseline_job_id,
+        "passed": o.passed,
+        "verdicts": verdicts,
+    })
 }

@@ -1,0 +1,64 @@
+//! `fleetbench regress --json` and its exit statuses as CI sees them: 0 with no regression, 2
+//! when the suite could not run (here: no controller at the given address), never 1 for that.
+
+mod regress_common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn fleetbench(dir: &Path, args: &[&str]) -> Output {
+    Command::new(fleetbench_testkit::workspace_bin("fleetbench"))
+        .args(args)
+        .args(["--data-dir", dir.join("data").to_str().unwrap()])
+        .current_dir(dir)
+        .output()
+        .expect("run fleetbench")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn regress_json_prints_the_verdicts_and_a_suite_that_cannot_run_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("base.toml"),
+        regress_common::detection_suite(1, 1.0, 1, false, regress_common::TEST_TOLERANCE),
+    )
+    .unwrap();
+
+    // Nothing listens on port 1: the suite cannot run, which is not a regression.
+    let o = fleetbench(
+        d,
+        &["regress", "base.toml", "--controller", "http://127.0.0.1:1"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("could not run"), "{}", text(&o));
+
+    // A first run: every check has no baseline and passes; stdout is one JSON document.
+    let o = fleetbench(d, &["regress", "base.toml", "--json", "--tag", "base"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&o)));
+    assert_eq!(doc["suite"], "detect", "{doc}");
+    assert_eq!(doc["passed"], true, "{doc}");
+    assert_eq!(doc["tag"], "base", "{doc}");
+    assert!(doc["baseline_job_id"].is_null(), "{doc}");
+    let verdicts = doc["verdicts"].as_array().expect("verdicts");
+    let metrics: Vec<&str> = verdicts
+        .iter()
+        .map(|v| v["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(metrics, ["output_tokens_per_s", "itl_p50_ms"], "{doc}");
+    for v in verdicts {
+        assert_eq!(v["status"], "no_baseline", "{v}");
+        assert_eq!(v["current"].as_array().map(Vec::len), Some(1), "{v}");
+        assert!(v["current"][0].as_f64().unwrap() > 0.0, "{v}");
+    }
+}
