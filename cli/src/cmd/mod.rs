@@ -14,3 +14,4 @@ pub mod report;
 pub mod run;
 pub mod tune;
 pub mod watch;
+pub mod watch_json;
