@@ -139,7 +139,7 @@ async fn run_watch_jobs_and_agents_against_a_controller_with_a_token() {
         })
         .expect("job id printed");
 
-    let (watch, jobs) = tokio::task::spawn_blocking(move || {
+    let (watch, jobs, watch_json) = tokio::task::spawn_blocking(move || {
         (
             fleetbench(
                 &cwd,
@@ -147,10 +147,30 @@ async fn run_watch_jobs_and_agents_against_a_controller_with_a_token() {
                 Some("t0ken"),
             ),
             fleetbench(&cwd, &["jobs", "--controller", &url], Some("t0ken")),
+            fleetbench(
+                &cwd,
+                &["watch", &job_id, "--controller", &url, "--json"],
+                Some("t0ken"),
+            ),
         )
     })
     .await
     .unwrap();
+    // The same replay as JSON Lines: both levels, then the job's final state.
+    assert!(watch_json.status.success(), "{}", text(&watch_json));
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&watch_json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let levels: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "level")
+        .map(|e| e["level"].as_str().unwrap())
+        .collect();
+    assert_eq!(levels, ["c=1", "c=2"], "{events:?}");
+    let last = events.last().expect("events");
+    assert_eq!(last["event"], "job", "{last}");
+    assert_eq!(last["state"], "succeeded", "{last}");
     // Watching a finished job replays its levels and ends with its final state.
     let w = text(&watch);
     assert!(watch.status.success(), "{w}");

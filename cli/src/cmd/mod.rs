@@ -13,4 +13,6 @@ pub mod regress;
 pub mod report;
 pub mod run;
 pub mod tune;
+pub mod tune_json;
 pub mod watch;
+pub mod watch_json;

@@ -28,6 +28,9 @@ pub struct Args {
     /// Local agents the embedded controller starts (candidates run on all of them at once).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub agents: u32,
+    /// Print the outcome as one JSON document on stdout (progress goes to stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -49,10 +52,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     let candidates = tuning::space::candidates(&spec, &search).len();
-    println!(
+    let json = args.json;
+    // With --json, stdout holds the document only.
+    let say = move |line: String| {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    say(format!(
         "{file_name}: {candidates} candidates, {}",
         tuning::search::strategy_label(&search)
-    );
+    ));
     let (local, url) = match &args.controller.controller {
         Some(url) => (None, url.clone()),
         None => {
@@ -63,24 +75,28 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let result = async {
         let mut client = connect(&url, &args.controller).await?;
-        let text = if search.objective == Objective::Saturation {
+        let out = if search.objective == Objective::Saturation {
             let o = tuning::saturation::run_saturation(&client, &file_name, &text).await?;
-            tuning::render::saturation(&o)
+            (
+                tuning::render::saturation(&o),
+                super::tune_json::saturation(&o),
+            )
         } else {
-            let o = tuning::search::run_search(&mut client, &file_name, &text, |line| {
-                println!("{line}");
-            })
-            .await?;
-            tuning::render::search(&o)
+            let o = tuning::search::run_search(&mut client, &file_name, &text, say).await?;
+            (tuning::render::search(&o), super::tune_json::search(&o))
         };
-        anyhow::Ok(text)
+        anyhow::Ok(out)
     }
     .await;
     if let Some(l) = local {
         l.stop().await;
     }
-    let text = result?;
-    print!("\n{text}");
+    let (text, doc) = result?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("\n{text}");
+    }
     let path = args.output.clone().unwrap_or_else(|| {
         PathBuf::from("fleetbench-results")
             .join(
@@ -93,6 +109,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
+    say(format!("wrote {}", path.display()));
     Ok(ExitCode::SUCCESS)
 }

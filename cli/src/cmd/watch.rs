@@ -21,11 +21,18 @@ pub struct Args {
     pub job_id: String,
     #[command(flatten)]
     pub controller: ControllerArgs,
+    /// Print each event as a line of JSON on stdout instead of progress bars.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut client = connect(args.controller.url()?, &args.controller).await?;
-    let job = follow(&mut client, &args.job_id).await?;
+    let job = if args.json {
+        super::watch_json::follow_json(&mut client, &args.job_id).await?
+    } else {
+        follow(&mut client, &args.job_id).await?
+    };
     Ok(exit_code(&job))
 }
 
