@@ -198,4 +198,84 @@ mod tests {
         req.bound = Some(agentpb::run_benchmark_request::Bound::NumRequests(100));
         assert!(check_benchmark(&req).is_ok());
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn number() -> impl Strategy<Value = f64> {
+            prop_oneof![
+                any::<f64>(),
+                (-6.0f64..7.0).prop_map(|e| 10f64.powf(e)),
+                Just(1e-300),
+                Just(f64::NAN),
+                Just(0.0),
+            ]
+        }
+
+        fn level() -> impl Strategy<Value = agentpb::LoadLevel> {
+            (
+                prop::option::of(prop_oneof![any::<u32>(), 0u32..100]),
+                prop::option::of(number()),
+                number(),
+            )
+                .prop_map(|(concurrency, request_rate, burstiness)| {
+                    agentpb::LoadLevel {
+                        concurrency,
+                        request_rate,
+                        burstiness,
+                    }
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            /// Whatever numbers a caller sends: no panic, and a request the bounds accept is
+            /// one the load generator accepts too (its own validation is the last line).
+            #[test]
+            fn accepted_requests_are_valid_load_generator_configs(
+                levels in prop::collection::vec(level(), 0..6),
+                warmup in prop_oneof![any::<u32>(), 0u32..10],
+                bound in prop_oneof![
+                    prop_oneof![any::<u32>(), 0u32..1000]
+                        .prop_map(agentpb::run_benchmark_request::Bound::NumRequests),
+                    number().prop_map(agentpb::run_benchmark_request::Bound::DurationS),
+                ],
+                input_len in prop_oneof![any::<u32>(), 0u32..100],
+                output_len in prop_oneof![any::<u32>(), 0u32..100],
+                ratio in number(),
+                percentiles in prop::collection::vec(number(), 0..4),
+            ) {
+                let req = agentpb::RunBenchmarkRequest {
+                    workload: Some(agentpb::Workload {
+                        name: "w".into(),
+                        dataset: Some(agentpb::workload::Dataset::Random(agentpb::RandomDataset {
+                            input_len,
+                            output_len,
+                            range_ratio: ratio,
+                        })),
+                        ..Default::default()
+                    }),
+                    levels,
+                    warmup_requests: warmup,
+                    bound: Some(bound),
+                    percentiles,
+                    ..Default::default()
+                };
+                if check_benchmark(&req).is_ok() {
+                    let cfg = crate::convert::bench_config(
+                        &req,
+                        "http://127.0.0.1:1",
+                        &Default::default(),
+                    );
+                    // Refusals here are about values outside the numeric bounds (a missing
+                    // level, a range ratio, a percentile): named, never a panic.
+                    if let Err(e) = cfg {
+                        prop_assert!(!e.field.is_empty());
+                    }
+                }
+            }
+        }
+    }
 }

@@ -102,6 +102,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<SubmitJobRequest>,
     ) -> Result<Response<SubmitJobResponse>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::OPERATE, "SubmitJob")?;
         let r = request.into_inner();
         let resp = self
             .scheduler
@@ -111,6 +112,7 @@ impl controller_server::Controller for ControllerService {
     }
 
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<Job>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::READ, "GetJob")?;
         Ok(Response::new(self.job(&request.into_inner().job_id).await?))
     }
 
@@ -118,6 +120,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<ListJobsRequest>,
     ) -> Result<Response<ListJobsResponse>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::READ, "ListJobs")?;
         let r = request.into_inner();
         let kind = match JobKind::try_from(r.kind) {
             Ok(JobKind::Unspecified) => None,
@@ -141,6 +144,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<CancelJobRequest>,
     ) -> Result<Response<Job>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::OPERATE, "CancelJob")?;
         let id = request.into_inner().job_id;
         let job = self.job(&id).await?;
         if is_final(job.state) {
@@ -155,6 +159,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<WatchJobRequest>,
     ) -> Result<Response<Self::WatchJobStream>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::READ, "WatchJob")?;
         let id = request.into_inner().job_id;
         // Subscribe before reading the past, so no event falls between the two.
         let mut live = self.scheduler.hub().subscribe(&id);
@@ -220,6 +225,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         _request: Request<ListAgentsRequest>,
     ) -> Result<Response<ListAgentsResponse>, Status> {
+        let _caller = crate::authz::require(&_request, crate::authz::READ, "ListAgents")?;
         Ok(Response::new(ListAgentsResponse {
             agents: self.inventory.list(),
         }))
@@ -229,9 +235,21 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<RegisterAgentRequest>,
     ) -> Result<Response<RegisterAgentResponse>, Status> {
+        let caller = crate::authz::require(&request, crate::authz::REGISTER, "RegisterAgent")?;
         let r = request.into_inner();
         if r.name.trim().is_empty() {
             return Err(Status::invalid_argument("name: must not be empty"));
+        }
+        // An agent registers only the name its certificate carries: one agent's key cannot
+        // claim (and so redirect) another host.
+        if caller.role == crate::authz::ApiRole::Agent
+            && caller.name.as_deref() != Some(r.name.as_str())
+        {
+            return Err(Status::permission_denied(format!(
+                "the certificate of agent {:?} may register only that name, not {:?}",
+                caller.name.unwrap_or_default(),
+                r.name
+            )));
         }
         if !r
             .address
@@ -254,6 +272,15 @@ impl controller_server::Controller for ControllerService {
         if self.inventory.is_known(&r.name, &r.address, &labels) {
             return Ok(Response::new(reply));
         }
+        // A host from the config file is the operator's statement of where that host is: no
+        // registration moves it.
+        if self.inventory.is_configured(&r.name) {
+            return Err(Status::permission_denied(format!(
+                "host {:?} is configured in the controller's config; a registration cannot \
+                 claim it (change the config instead)",
+                r.name
+            )));
+        }
         self.inventory
             .add(&r.name, &r.address, labels.clone(), "registered")
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -272,6 +299,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<SetAgentDrainingRequest>,
     ) -> Result<Response<AgentInfo>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::OPERATE, "SetAgentDraining")?;
         let r = request.into_inner();
         self.inventory
             .set_draining(&r.name, r.draining)
@@ -283,6 +311,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<GetResultsRequest>,
     ) -> Result<Response<GetResultsResponse>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::READ, "GetResults")?;
         let r = request.into_inner();
         Ok(Response::new(
             self.results(&r.job_ids, r.include_telemetry).await?,
@@ -293,6 +322,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<CompareRequest>,
     ) -> Result<Response<CompareResponse>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::READ, "Compare")?;
         let r = request.into_inner();
         if r.alpha != 0.0 && !(r.alpha > 0.0 && r.alpha < 1.0) {
             return Err(Status::invalid_argument(format!(
@@ -308,6 +338,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<RecordSuiteRunRequest>,
     ) -> Result<Response<SuiteRun>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::ADMIN, "RecordSuiteRun")?;
         let mut run = request
             .into_inner()
             .run
@@ -347,6 +378,7 @@ impl controller_server::Controller for ControllerService {
         &self,
         request: Request<ListSuiteRunsRequest>,
     ) -> Result<Response<ListSuiteRunsResponse>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::READ, "ListSuiteRuns")?;
         let r = request.into_inner();
         let mut runs: Vec<SuiteRun> = self
             .store()
@@ -363,6 +395,7 @@ impl controller_server::Controller for ControllerService {
     }
 
     async fn get_run(&self, request: Request<GetRunRequest>) -> Result<Response<Run>, Status> {
+        let _caller = crate::authz::require(&request, crate::authz::READ, "GetRun")?;
         let id = request.into_inner().run_id;
         self.store()
             .get_run(&id)
@@ -382,34 +415,4 @@ where
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     tokio::spawn(f(tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
-}
-
-/// Checks `authorization: Bearer TOKEN` when a token is configured.
-#[derive(Debug, Clone)]
-pub struct TokenCheck {
-    pub(crate) expected: Option<Arc<str>>,
-}
-
-impl tonic::service::Interceptor for TokenCheck {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.expected else {
-            return Ok(request);
-        };
-        let given = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        match given {
-            Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(request),
-            Some(_) => Err(Status::unauthenticated("bearer token does not match")),
-            None => Err(Status::unauthenticated(
-                "missing `authorization: Bearer TOKEN` (use --token or FLEETBENCH_TOKEN)",
-            )),
-        }
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -33,6 +33,18 @@ pub struct ApiAuth {
     pub token: Option<String>,
     /// A file holding the bearer token (first line), instead of `token`.
     pub token_file: Option<PathBuf>,
+    /// Tokens scoped to one role each (`[[api.tokens]] role = "viewer"`, `token_file = ...`).
+    #[serde(default)]
+    pub tokens: Vec<ScopedToken>,
+}
+
+/// A bearer token that grants one role.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopedToken {
+    pub role: crate::authz::ApiRole,
+    pub token: Option<String>,
+    pub token_file: Option<PathBuf>,
 }
 
 /// mTLS material of the API.
@@ -112,8 +124,10 @@ pub struct ControllerConfig {
     /// gRPC API address (port 0: any free port).
     pub listen: SocketAddr,
     pub api: ApiAuth,
-    /// The bearer token, read from `api.token` or `api.token_file`.
+    /// The bearer token, read from `api.token` or `api.token_file`: an admin's.
     pub api_token: Option<String>,
+    /// `[[api.tokens]]`, read: each token with its role.
+    pub scoped_tokens: Vec<(String, crate::authz::ApiRole)>,
     pub agent_tls: Option<AgentTls>,
     pub hosts: Vec<HostConfig>,
     /// `sqlite://PATH` or `postgres://…`.
@@ -180,6 +194,7 @@ impl ControllerConfig {
             listen: "127.0.0.1:0".parse().expect("literal address"),
             api: ApiAuth::default(),
             api_token: None,
+            scoped_tokens: Vec::new(),
             agent_tls: None,
             hosts: Vec::new(),
             store_url: store_url.to_string(),
@@ -247,6 +262,44 @@ impl RawConfig {
         if api_token.as_deref().is_some_and(|t| t.is_empty()) {
             p.push("api.token: must not be empty".into());
         }
+        let mut scoped_tokens = Vec::new();
+        for (i, t) in self.api.tokens.iter().enumerate() {
+            let text = match (&t.token, &t.token_file) {
+                (Some(s), None) => Some(s.clone()),
+                (None, Some(f)) => match std::fs::read_to_string(f) {
+                    Ok(s) => s.lines().next().map(|l| l.trim().to_string()),
+                    Err(e) => {
+                        p.push(format!(
+                            "api.tokens[{i}].token_file: cannot read {}: {e}",
+                            f.display()
+                        ));
+                        None
+                    }
+                },
+                _ => {
+                    p.push(format!("api.tokens[{i}]: give token or token_file (one)"));
+                    None
+                }
+            };
+            match text {
+                Some(s) if s.len() >= 16 => scoped_tokens.push((s, t.role)),
+                Some(_) => p.push(format!(
+                    "api.tokens[{i}]: a token has at least 16 characters"
+                )),
+                None => {}
+            }
+        }
+        if let Some(a) = listen
+            && self.api.tls.is_none()
+            && (api_token.is_some() || !scoped_tokens.is_empty())
+            && !a.ip().is_loopback()
+        {
+            p.push(format!(
+                "listen: {a} is not a loopback address and api.tls is not set; a bearer token is \
+                 never accepted over plaintext off loopback (anyone on the path could read it): \
+                 configure api.tls (fleetbench certs init writes controller-server.pem)"
+            ));
+        }
         if let Some(tls) = &self.api.tls
             && let Err(e) = fleetbench_support::tls::server_tls(&tls.cert, &tls.key, &tls.client_ca)
         {
@@ -300,6 +353,7 @@ impl RawConfig {
             listen: listen.expect("validated"),
             api: self.api,
             api_token,
+            scoped_tokens,
             agent_tls: self.agent_tls,
             hosts: self.hosts,
             store_url: self.store_url,
@@ -356,9 +410,16 @@ mod tests {
     }
 
     #[test]
-    fn token_allows_a_public_listen_address_and_unknown_keys_are_refused() {
-        let c =
+    fn a_token_needs_tls_off_loopback_and_unknown_keys_are_refused() {
+        let err =
             ControllerConfig::from_toml("listen = \"0.0.0.0:7070\"\n[api]\ntoken = \"s3cret\"\n")
+                .unwrap_err();
+        assert!(
+            err.to_string().contains("never accepted over plaintext"),
+            "{err}"
+        );
+        let c =
+            ControllerConfig::from_toml("listen = \"127.0.0.1:7070\"\n[api]\ntoken = \"s3cret\"\n")
                 .unwrap();
         assert_eq!(c.api_token.as_deref(), Some("s3cret"));
         let err = ControllerConfig::from_toml("lisen = \"127.0.0.1:1\"").unwrap_err();

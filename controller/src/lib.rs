@@ -9,6 +9,7 @@
 
 pub mod agents;
 pub mod api;
+pub mod authz;
 pub mod compare;
 pub mod config;
 pub mod embedded;

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::{AgentConnector, ClientError, Inventory};
-use crate::api::{ControllerService, TokenCheck};
+use crate::api::ControllerService;
 use crate::config::ControllerConfig;
 use crate::metrics::Metrics;
 use crate::scheduler::{Scheduler, SchedulerError};
@@ -167,8 +167,13 @@ pub async fn start(
         scheduler: scheduler.clone(),
         inventory,
     };
-    let check = TokenCheck {
-        expected: config.api_token.as_deref().map(Arc::from),
+    let mut tokens = config.scoped_tokens.clone();
+    if let Some(t) = &config.api_token {
+        tokens.push((t.clone(), crate::authz::ApiRole::Admin));
+    }
+    let check = crate::authz::Authorize {
+        tokens: Arc::new(tokens),
+        tls: config.api.tls.is_some(),
     };
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.api.tls {

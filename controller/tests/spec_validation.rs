@@ -224,3 +224,102 @@ fn bad_bounds_tiny() {
         ],
     );
 }
+
+mod props {
+    use fleetbench_controller::spec::{Bound, Levels, parse};
+    use fleetbench_proto::limits as lim;
+    use proptest::prelude::*;
+
+    fn spec(repeats: i64, levels: &str, bound: &str, input_len: i64) -> String {
+        format!(
+            "name = \"p\"\nrepeats = {repeats}\n[[configs]]\nname = \"a\"\nengine = \"sim\"\nmodel = \"m\"\n\
+             [[workloads]]\nname = \"w\"\ndataset = \"random\"\ninput_len = {input_len}\noutput_len = 8\n\
+             [load]\n{levels}\n{bound}\n"
+        )
+    }
+
+    fn number() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<f64>(),
+            (-5.0f64..7.0).prop_map(|e| 10f64.powf(e)),
+            Just(1e-300),
+            Just(1e300),
+            Just(0.0),
+        ]
+    }
+
+    /// The generator's template is a valid spec, so the property below is not vacuous.
+    #[test]
+    fn the_template_parses() {
+        parse(
+            "p.toml",
+            &spec(2, "request_rate = [5e0]", "requests = 8", 8),
+        )
+        .unwrap();
+        parse(
+            "p.toml",
+            &spec(2, "concurrency = [1, 4]", "duration = \"2000ms\"", 8),
+        )
+        .unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Any text: errors, never a panic.
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>()) {
+            let _ = parse("x.toml", &text);
+        }
+
+        /// A spec that parses has every number inside its documented range.
+        #[test]
+        fn what_parses_is_in_range(
+            repeats in prop_oneof![any::<i64>(), 0i64..200],
+            conc in prop::collection::vec(prop_oneof![any::<i64>(), 0i64..70_000], 1..4),
+            rates in prop::collection::vec(number(), 1..4),
+            open in any::<bool>(),
+            requests in prop_oneof![any::<i64>(), 0i64..2_000_000],
+            secs in number(),
+            by_time in any::<bool>(),
+            input_len in prop_oneof![any::<i64>(), 0i64..2_000_000],
+        ) {
+            let levels = if open {
+                let r: Vec<String> = rates.iter().map(|r| format!("{r:e}")).collect();
+                format!("request_rate = [{}]", r.join(", "))
+            } else {
+                let c: Vec<String> = conc.iter().map(i64::to_string).collect();
+                format!("concurrency = [{}]", c.join(", "))
+            };
+            let bound = if by_time {
+                format!("duration = \"{}ms\"", (secs.abs() * 1000.0).min(1e15) as u64)
+            } else {
+                format!("requests = {requests}")
+            };
+            let text = spec(repeats, &levels, &bound, input_len);
+            if let Ok(s) = parse("p.toml", &text) {
+                prop_assert!(lim::check_u32(s.repeats, lim::REPEATS).is_ok());
+                match &s.load.levels {
+                    Levels::Concurrency(v) => {
+                        for c in v {
+                            prop_assert!(lim::check_u32(*c, lim::CONCURRENCY).is_ok());
+                        }
+                    }
+                    Levels::RequestRate { rates, .. } => {
+                        for r in rates {
+                            prop_assert!(lim::check_f64(*r, lim::REQUEST_RATE).is_ok());
+                        }
+                    }
+                }
+                match s.load.bound {
+                    Bound::Requests(n) => prop_assert!(lim::check_u32(n, lim::REQUESTS).is_ok()),
+                    Bound::Duration(d) => {
+                        prop_assert!(lim::check_f64(d.as_secs_f64(), lim::DURATION_S).is_ok())
+                    }
+                }
+                // Expanding it is bounded.
+                prop_assert!(s.expand_trials().len() as u64 <= lim::MAX_TRIALS);
+            }
+        }
+    }
+}

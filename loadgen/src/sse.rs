@@ -354,4 +354,53 @@ mod tests {
         });
         assert_eq!((n, s.partial.len()), (1, 0));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn all_events(stream: &[u8], cuts: &[usize]) -> Vec<(Event, Vec<u8>)> {
+            let mut s = SseScanner::default();
+            let mut out = Vec::new();
+            let mut at = 0;
+            let mut points: Vec<usize> = cuts.iter().map(|c| c % (stream.len() + 1)).collect();
+            points.sort_unstable();
+            points.push(stream.len());
+            for p in points {
+                s.feed(&stream[at..p], |ev, raw| {
+                    out.push((ev, raw.to_vec()));
+                    true
+                });
+                at = p;
+                assert!(s.partial.len() <= MAX_LINE);
+            }
+            out
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+
+            /// Any bytes, cut anywhere: no panic, and the events do not depend on the cuts.
+            #[test]
+            fn events_do_not_depend_on_chunk_boundaries(
+                lines in prop::collection::vec(prop_oneof![
+                    r#"data: \{"choices":\[\{"text":"[a-z ]{0,8}","finish_reason":(null|"stop")\}\](,"usage":\{"prompt_tokens":[0-9]{1,5},"completion_tokens":[0-9]{1,5}\})?\}"#,
+                    "data: \\[DONE\\]",
+                    r#"data: \{"error":\{"message":"[a-z]{0,10}"\}\}"#,
+                    ": keep-alive",
+                    "",
+                    "[ -~]{0,40}",
+                ], 0..30),
+                junk in prop::collection::vec(any::<u8>(), 0..200),
+                cuts in prop::collection::vec(any::<usize>(), 0..12),
+            ) {
+                let mut stream = lines.join("\n").into_bytes();
+                stream.extend_from_slice(&junk);
+                stream.push(b'\n');
+                let whole = all_events(&stream, &[]);
+                let cut = all_events(&stream, &cuts);
+                prop_assert_eq!(whole, cut);
+            }
+        }
+    }
 }

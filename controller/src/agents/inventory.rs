@@ -158,6 +158,12 @@ impl Inventory {
             .is_some_and(|h| h.address == address && &h.labels == labels)
     }
 
+    /// Whether `name` comes from the controller's config file (not from a registration).
+    pub fn is_configured(&self, name: &str) -> bool {
+        let hosts = self.hosts.lock().expect("inventory lock");
+        hosts.get(name).is_some_and(|h| h.source == "config")
+    }
+
     /// Marks a host draining (no new trials) or not. `None` when there is no such host.
     pub fn set_draining(&self, name: &str, draining: bool) -> Option<AgentInfo> {
         let info = {

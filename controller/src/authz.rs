@@ -1,0 +1,149 @@
+//! Who may call what on the controller API. A caller's role comes from its client certificate
+//! (the subject's OU, written by `fleetbench certs`) or from a scoped bearer token:
+//!
+//! | role | may |
+//! |---|---|
+//! | viewer | read jobs, results, agents, runs, suite history, watch jobs |
+//! | operator | a viewer's reads, submit and cancel jobs, drain agents |
+//! | agent | register itself (only under the name its certificate carries) |
+//! | admin | everything, including recording suite runs (the `last-passing` baseline) |
+//!
+//! The controller's own certificate (OU `controller`) counts as admin. With neither TLS nor a
+//! token the API listens on loopback only (the config refuses anything else) and every caller
+//! is the local user, an admin.
+
+use std::sync::Arc;
+
+use fleetbench_support::tls::{Role, peer_identity};
+use tonic::{Request, Status};
+
+/// A role on the controller API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiRole {
+    Viewer,
+    Operator,
+    Agent,
+    Admin,
+}
+
+impl ApiRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiRole::Viewer => "viewer",
+            ApiRole::Operator => "operator",
+            ApiRole::Agent => "agent",
+            ApiRole::Admin => "admin",
+        }
+    }
+}
+
+/// The authenticated caller, put into each request's extensions by [`Authorize`].
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub role: ApiRole,
+    /// The certificate's CN, when the caller came with one.
+    pub name: Option<String>,
+}
+
+/// What a method needs.
+pub(crate) const READ: &[ApiRole] = &[ApiRole::Viewer, ApiRole::Operator, ApiRole::Admin];
+pub(crate) const OPERATE: &[ApiRole] = &[ApiRole::Operator, ApiRole::Admin];
+pub(crate) const REGISTER: &[ApiRole] = &[ApiRole::Agent, ApiRole::Admin];
+pub(crate) const ADMIN: &[ApiRole] = &[ApiRole::Admin];
+
+/// The caller of `req` when its role is one of `allowed`; PERMISSION_DENIED naming the role
+/// and what was needed otherwise.
+pub(crate) fn require<T>(
+    req: &Request<T>,
+    allowed: &[ApiRole],
+    what: &str,
+) -> Result<Caller, Status> {
+    let caller = req
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("no caller identity"))?;
+    if allowed.contains(&caller.role) {
+        return Ok(caller);
+    }
+    let needs: Vec<&str> = allowed.iter().map(|r| r.as_str()).collect();
+    Err(Status::permission_denied(format!(
+        "{what} needs the role {}; this caller{} is a {}",
+        needs.join(" or "),
+        caller
+            .name
+            .as_ref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default(),
+        caller.role.as_str()
+    )))
+}
+
+/// The interceptor: finds the caller's role from its token or certificate.
+#[derive(Debug, Clone)]
+pub struct Authorize {
+    /// `(token, role)`; compared in constant time.
+    pub(crate) tokens: Arc<Vec<(String, ApiRole)>>,
+    /// TLS is on: client certificates name roles.
+    pub(crate) tls: bool,
+}
+
+fn cert_role(r: Role) -> ApiRole {
+    match r {
+        Role::Viewer => ApiRole::Viewer,
+        Role::Operator => ApiRole::Operator,
+        Role::Agent => ApiRole::Agent,
+        Role::Controller => ApiRole::Admin,
+    }
+}
+
+impl tonic::service::Interceptor for Authorize {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let token = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).to_string());
+        let cert = request
+            .peer_certs()
+            .and_then(|c| c.first().and_then(|d| peer_identity(d.as_ref())));
+        let caller = match (token, cert) {
+            (Some(t), _) if !self.tokens.is_empty() => {
+                let role = self
+                    .tokens
+                    .iter()
+                    .find(|(expected, _)| constant_time_eq(t.as_bytes(), expected.as_bytes()))
+                    .map(|(_, r)| *r)
+                    .ok_or_else(|| Status::unauthenticated("bearer token does not match"))?;
+                Caller { role, name: None }
+            }
+            (_, Some(id)) if self.tls => match id.role {
+                Some(r) => Caller {
+                    role: cert_role(r),
+                    name: Some(id.name),
+                },
+                None => {
+                    return Err(Status::permission_denied(format!(
+                        "client certificate {id} names no role (OU)"
+                    )));
+                }
+            },
+            _ if self.tokens.is_empty() && !self.tls => Caller {
+                role: ApiRole::Admin,
+                name: None,
+            },
+            _ => {
+                return Err(Status::unauthenticated(
+                    "missing `authorization: Bearer TOKEN` (use --token or FLEETBENCH_TOKEN)",
+                ));
+            }
+        };
+        request.extensions_mut().insert(caller);
+        Ok(request)
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,224 @@
+//! Issue 13, the controller side: one valid credential of the wrong role gets nothing. A real
+//! controller on loopback serves its API over mTLS with certificates from the same code
+//! `fleetbench certs` runs; each refusal is asserted with its message, and that nothing was
+//! stored.
+
+use std::time::Duration;
+
+use fleetbench_controller::config::ApiTls;
+use fleetbench_controller::{ControllerConfig, ControllerHandle, HostConfig, metrics::Metrics};
+use fleetbench_proto::controllerpb::{self as pb, controller_client::ControllerClient};
+use fleetbench_support::tls::{DevCerts, client_tls, generate_dev_certs, issue_agent_certs};
+use tonic::transport::{Channel, Endpoint};
+
+struct Fleet {
+    _dir: tempfile::TempDir,
+    certs: DevCerts,
+    ctl: ControllerHandle,
+}
+
+/// A controller with mTLS on its API and one configured host, `gpu-1` at 127.0.0.1:1.
+async fn fleet() -> Fleet {
+    let dir = tempfile::tempdir().unwrap();
+    let certs_dir = dir.path().join("certs");
+    let certs = generate_dev_certs(&certs_dir, &[], false).unwrap();
+    let mut cfg =
+        ControllerConfig::local(&format!("sqlite://{}", dir.path().join("c.db").display()));
+    cfg.heartbeat_interval = Duration::from_secs(30);
+    cfg.hosts = vec![HostConfig {
+        name: "gpu-1".into(),
+        address: "127.0.0.1:1".into(),
+        labels: Default::default(),
+    }];
+    cfg.api.tls = Some(ApiTls {
+        cert: certs.controller_server.cert.clone(),
+        key: certs.controller_server.key.clone(),
+        client_ca: certs.ca_cert.clone(),
+    });
+    let ctl = fleetbench_controller::start(cfg, Metrics::new())
+        .await
+        .unwrap();
+    Fleet {
+        _dir: dir,
+        certs,
+        ctl,
+    }
+}
+
+async fn client(
+    f: &Fleet,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> ControllerClient<Channel> {
+    let tls = client_tls(&f.certs.ca_cert, cert, key, "localhost").unwrap();
+    let ch = Endpoint::from_shared(format!("https://{}", f.ctl.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    ControllerClient::new(ch)
+}
+
+fn denied<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>, words: &[&str]) {
+    let s = r.expect_err("accepted");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{}", s.message());
+    for w in words {
+        assert!(s.message().contains(w), "{w:?} not in {:?}", s.message());
+    }
+}
+
+async fn agents(c: &mut ControllerClient<Channel>) -> Vec<(String, String)> {
+    c.list_agents(pb::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .agents
+        .into_iter()
+        .map(|a| (a.name, a.address))
+        .collect()
+}
+
+fn register(name: &str, address: &str) -> pb::RegisterAgentRequest {
+    pb::RegisterAgentRequest {
+        name: name.into(),
+        address: address.into(),
+        labels: Default::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_certificate_cannot_register_an_agent() {
+    let f = fleet().await;
+    let (cert, key) = (&f.certs.operator.cert, &f.certs.operator.key);
+    let mut op = client(&f, cert, key).await;
+    denied(
+        op.register_agent(register("evil", "10.0.0.66:7443")).await,
+        &[
+            "RegisterAgent needs the role agent or admin",
+            "(operator) is a operator",
+        ],
+    );
+    // Nothing stored: the inventory is the configured host only.
+    assert_eq!(
+        agents(&mut op).await,
+        vec![("gpu-1".into(), "127.0.0.1:1".into())]
+    );
+    f.ctl.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_registers_only_its_own_name_and_cannot_take_over_a_configured_host() {
+    let f = fleet().await;
+    let certs_dir = f.certs.ca_cert.parent().unwrap();
+    let issued = issue_agent_certs(
+        certs_dir,
+        &[("gpu-1".into(), None), ("gpu-2".into(), None)],
+        false,
+    )
+    .unwrap();
+    let gpu2 = &issued[1].files;
+    let mut a2 = client(&f, &gpu2.cert, &gpu2.key).await;
+    // gpu-2's key claims another name.
+    denied(
+        a2.register_agent(register("gpu-3", "127.0.0.1:7443")).await,
+        &["certificate of agent \"gpu-2\" may register only that name, not \"gpu-3\""],
+    );
+    // gpu-1's own key cannot move the configured gpu-1 either.
+    let gpu1 = &issued[0].files;
+    let mut a1 = client(&f, &gpu1.cert, &gpu1.key).await;
+    denied(
+        a1.register_agent(register("gpu-1", "10.0.0.66:7443")).await,
+        &["host \"gpu-1\" is configured in the controller's config"],
+    );
+    // Its own name at its own address: accepted.
+    a2.register_agent(register("gpu-2", "127.0.0.1:2"))
+        .await
+        .unwrap();
+    let mut viewer = client(&f, &f.certs.viewer.cert, &f.certs.viewer.key).await;
+    let mut seen = agents(&mut viewer).await;
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("gpu-1".into(), "127.0.0.1:1".into()),
+            ("gpu-2".into(), "127.0.0.1:2".into())
+        ]
+    );
+    f.ctl.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_cannot_cancel_submit_or_record_a_baseline() {
+    let f = fleet().await;
+    let mut v = client(&f, &f.certs.viewer.cert, &f.certs.viewer.key).await;
+    denied(
+        v.cancel_job(pb::CancelJobRequest {
+            job_id: "any".into(),
+        })
+        .await,
+        &["CancelJob needs the role operator or admin", "is a viewer"],
+    );
+    denied(
+        v.submit_job(pb::SubmitJobRequest::default()).await,
+        &["SubmitJob needs the role operator or admin"],
+    );
+    // The baseline needs an admin: an operator is refused too.
+    let mut op = client(&f, &f.certs.operator.cert, &f.certs.operator.key).await;
+    denied(
+        op.record_suite_run(pb::RecordSuiteRunRequest {
+            run: Some(pb::SuiteRun {
+                job_id: "j".into(),
+                suite: "s".into(),
+                passed: true,
+                ..Default::default()
+            }),
+        })
+        .await,
+        &["RecordSuiteRun needs the role admin", "is a operator"],
+    );
+    // Nothing stored; a viewer still reads.
+    let jobs = v
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(jobs.jobs.is_empty(), "{jobs:?}");
+    let runs = v
+        .list_suite_runs(pb::ListSuiteRunsRequest {
+            suite: "s".into(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(runs.runs.is_empty());
+    f.ctl.shutdown().await;
+}
+
+#[test]
+fn a_token_over_plaintext_off_loopback_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("controller.toml");
+    for api in [
+        "[api]\ntoken = \"s3cret-s3cret-s3cret\"\n",
+        "[[api.tokens]]\nrole = \"viewer\"\ntoken = \"viewer-token-0123456789\"\n",
+    ] {
+        std::fs::write(
+            &path,
+            format!(
+                "listen = \"0.0.0.0:7070\"\nstore_url = \"sqlite://{}\"\n{api}",
+                dir.path().join("c.db").display()
+            ),
+        )
+        .unwrap();
+        let e = ControllerConfig::load(Some(&path)).unwrap_err().to_string();
+        assert!(
+            e.contains("a bearer token is never accepted over plaintext off loopback"),
+            "{e}"
+        );
+        // Nothing was created.
+        assert!(!dir.path().join("c.db").exists());
+    }
+}
