@@ -18,7 +18,8 @@ const MAX_ENV_VALUE_LEN: usize = 1024;
 pub(crate) const MAX_ENV_VARS: usize = 64;
 
 /// Models a profile may load: exact names (a repository such as `Qwen/Qwen3-8B`, or a path),
-/// and paths under roots. Empty: none (every built-in profile starts so).
+/// and paths under roots. Empty: none (every built-in profile of a real engine starts so; the
+/// simulator's, whose model is only a label, allows any).
 #[derive(Debug, Clone, Default)]
 pub struct ModelAllow {
     pub names: Vec<String>,

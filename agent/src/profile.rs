@@ -196,9 +196,15 @@ impl Profile {
                 };
                 // Built-in defaults are valid by construction; a program missing on this host
                 // is reported when the profile is used, not at start-up.
-                Profile::build(kind.as_str(), raw, false)
-                    .ok()
-                    .map(|p| (kind.as_str().to_string(), p))
+                Profile::build(kind.as_str(), raw, false).ok().map(|mut p| {
+                    // The simulated engine loads no weights and runs nothing a model name
+                    // points at: its model is only a label, so any label is allowed. Every
+                    // real engine's built-in profile allows no model until the config lists it.
+                    if kind == EngineKind::Sim {
+                        p.models.any = true;
+                    }
+                    (kind.as_str().to_string(), p)
+                })
             })
             .collect()
     }

@@ -28,6 +28,8 @@ use crate::store::{RegisteredAgent, Store, StoreError};
 pub struct ControllerService {
     pub(crate) scheduler: Scheduler,
     pub(crate) inventory: Arc<Inventory>,
+    /// `[api] shared_agent_identities`: agent certificates that may register other names.
+    pub(crate) shared_agent_identities: Arc<Vec<String>>,
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {
@@ -244,6 +246,10 @@ impl controller_server::Controller for ControllerService {
         // claim (and so redirect) another host.
         if caller.role == crate::authz::ApiRole::Agent
             && caller.name.as_deref() != Some(r.name.as_str())
+            && !caller
+                .name
+                .as_ref()
+                .is_some_and(|n| self.shared_agent_identities.contains(n))
         {
             return Err(Status::permission_denied(format!(
                 "the certificate of agent {:?} may register only that name, not {:?}",

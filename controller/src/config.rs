@@ -36,6 +36,12 @@ pub struct ApiAuth {
     /// Tokens scoped to one role each (`[[api.tokens]] role = "viewer"`, `token_file = ...`).
     #[serde(default)]
     pub tokens: Vec<ScopedToken>,
+    /// Agent certificate names shared by many agents (a DaemonSet's one cert-manager identity)
+    /// that may register any host name not in the config file. Empty by default: an agent's
+    /// certificate registers only its own name. Naming one here trusts every holder of that
+    /// key to claim any registered host: use per-agent certificates where you can.
+    #[serde(default)]
+    pub shared_agent_identities: Vec<String>,
 }
 
 /// A bearer token that grants one role.

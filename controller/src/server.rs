@@ -166,6 +166,7 @@ pub async fn start(
     let service = ControllerService {
         scheduler: scheduler.clone(),
         inventory,
+        shared_agent_identities: Arc::new(config.api.shared_agent_identities.clone()),
     };
     let mut tokens = config.scoped_tokens.clone();
     if let Some(t) = &config.api_token {

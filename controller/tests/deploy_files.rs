@@ -213,10 +213,25 @@ fn prometheus_scrapes_the_port_the_controller_serves() {
         .flat_map(|sc| sc["targets"].as_sequence().cloned().unwrap_or_default())
         .map(|t| s(&t, "target").to_string())
         .collect();
-    let controller = fleetbench_controller::ControllerConfig::load(Some(
-        &dir.join("controller/controller.toml"),
-    ))
-    .expect("compose controller.toml is a valid controller config");
+    // The compose API is mTLS only: the config names the certificates `fleetbench certs init`
+    // writes, mounted at /etc/fleetbench/tls. Loaded against a freshly issued set.
+    let text = std::fs::read_to_string(dir.join("controller/controller.toml")).unwrap();
+    assert!(
+        text.lines().any(|l| l.starts_with("tls = {"))
+            && !text.lines().any(|l| l.starts_with("token")),
+        "the compose API listens beyond loopback: mTLS, no token"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    fleetbench_support::tls::init_certs(
+        tmp.path(),
+        &fleetbench_support::tls::InitOptions::default(),
+    )
+    .unwrap();
+    let conf = tmp.path().join("controller.toml");
+    let tls_dir = format!("{}/", tmp.path().display());
+    std::fs::write(&conf, text.replace("/etc/fleetbench/tls/", &tls_dir)).unwrap();
+    let controller = fleetbench_controller::ControllerConfig::load(Some(&conf))
+        .expect("compose controller.toml is a valid controller config");
     let port = controller
         .metrics_listen
         .expect("metrics_listen set")

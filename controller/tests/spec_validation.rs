@@ -220,7 +220,7 @@ fn bad_bounds_tiny() {
             "bad_bounds_tiny.toml:17: load.request_rate[1]: must be between 0.01 and 100000, got 0.001",
             "bad_bounds_tiny.toml:18: load.burstiness: must be between 0.01 and 100, got 1e-300",
             "bad_bounds_tiny.toml:19: load.duration: seconds must be between 0.1 and 86400, got 0.001",
-            "bad_bounds_tiny.toml:22: load.slo.itl_ms: must be between 0.001 and 3600000, got 1e-300",
+            "bad_bounds_tiny.toml:22: load.slo.itl_p99_ms: must be between 0.001 and 3600000, got 1e-300",
         ],
     );
 }

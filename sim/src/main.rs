@@ -137,4 +137,3 @@ async fn run(args: SimArgs) -> ExitCode {
     state.ready.store(true, Relaxed);
     std::future::pending::<ExitCode>().await
 }
-

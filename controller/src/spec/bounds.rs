@@ -170,7 +170,9 @@ fn load(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec) {
     );
     for (key, v) in [
         ("ttft_ms", l.slo.ttft_ms),
-        ("itl_ms", l.slo.itl_ms),
+        ("tpot_ms", l.slo.tpot_ms),
+        // The level's p99 ITL limit is written `itl_p99_ms` in a spec.
+        ("itl_p99_ms", l.slo.itl_ms),
         ("e2e_ms", l.slo.e2e_ms),
     ] {
         if let Some(v) = v {

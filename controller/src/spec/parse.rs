@@ -452,7 +452,16 @@ fn slo(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Slo> {
         ctx.error(Some(&t.key_span("itl_ms")), &t.field("itl_ms"), msg);
         return None;
     }
-    t.check_keys(ctx, &["ttft_ms", "tpot_ms", "itl_p99_ms", "e2e_ms", "max_error_rate"]);
+    t.check_keys(
+        ctx,
+        &[
+            "ttft_ms",
+            "tpot_ms",
+            "itl_p99_ms",
+            "e2e_ms",
+            "max_error_rate",
+        ],
+    );
     let mut get = |key: &str| match t.get(key) {
         Some(_) => t.positive_f64(ctx, key).map(Some),
         None => Some(None),
