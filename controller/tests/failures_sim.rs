@@ -1,0 +1,145 @@
+//! Failures are part of every verdict, end to end on the simulated engine (agent processes, an
+//! embedded controller): a build that answers a fifth of its requests at once with HTTP 500
+//! (`--fail-rate 0.2`) keeps, or even gains, throughput on the requests it completes, yet it
+//! loses the comparison (its error rate is above the SLO's `max_error_rate`, default 1%) and
+//! fails a regression suite's `error_rate` check while its throughput holds.
+
+mod regress_common;
+
+use fleetbench_controller::regress::{self, Fleet as _, History, Status};
+use fleetbench_proto::controllerpb::{CompareRequest, JobKind, JobState};
+
+const FLAGS: &str =
+    r#""--moe-runner-backend" = "flashinfer_cutlass", "--time-scale" = 0.25, "--seed" = 1"#;
+
+fn sweep() -> String {
+    format!(
+        r#"name = "fail-ab"
+repeats = 2
+
+[[configs]]
+name = "A"
+engine = "sim"
+model = "fleetbench/sim-moe-30b-a3b"
+flags = {{ {FLAGS} }}
+
+[[configs]]
+name = "B"
+extends = "A"
+flags = {{ "--fail-rate" = 0.2 }}
+
+[[workloads]]
+name = "random-32-32"
+dataset = "random"
+input_len = 32
+output_len = 32
+ignore_eos = true
+
+[load]
+concurrency = [4, 8]
+requests = 40
+"#
+    )
+}
+
+fn suite(fail_rate: f64, tagged: bool) -> String {
+    let baseline = if tagged { "\"tag:base\"" } else { "\"first\"" };
+    format!(
+        r#"name = "fail-suite"
+repeats = 2
+
+[[configs]]
+name = "sim"
+engine = "sim"
+model = "fleetbench/sim-moe-30b-a3b"
+flags = {{ {FLAGS}, "--fail-rate" = {fail_rate:?} }}
+
+[[workloads]]
+name = "random-32-32"
+dataset = "random"
+input_len = 32
+output_len = 32
+ignore_eos = true
+
+[load]
+concurrency = [8]
+requests = 40
+
+[suite]
+baseline = {baseline}
+metrics = [
+  {{ name = "output_tokens_per_s", tolerance = 0.5 }},
+  {{ name = "error_rate", tolerance = 0.01 }},
+]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = regress_common::Fleet::start(dir.path(), 2).await;
+    let mut client = fleet.client().await;
+
+    // compare: B may be as fast as A on what it completes, but it cannot win a level.
+    let id = client
+        .submit(&sweep(), "fail-ab.toml", "", JobKind::Sweep)
+        .await
+        .unwrap();
+    let job = client.wait(&id).await.unwrap();
+    assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
+    let cmp = client
+        .compare(CompareRequest {
+            job_ids: vec![id],
+            alpha: 0.0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cmp.groups.len(), 2, "{cmp:?}");
+    for g in &cmp.groups {
+        assert_ne!(g.winner_config, "B", "{}: {}", g.level_label, g.verdict);
+        let b = g
+            .configs
+            .iter()
+            .find(|c| c.config_name == "B")
+            .unwrap_or_else(|| panic!("{}: no B in {g:?}", g.level_label));
+        assert!(
+            (0.1..0.3).contains(&b.error_rate),
+            "{}: B's error rate {}",
+            g.level_label,
+            b.error_rate
+        );
+        assert!(
+            b.excluded_reason.contains("error rate"),
+            "{}: {:?}",
+            g.level_label,
+            b.excluded_reason
+        );
+        let a = g.configs.iter().find(|c| c.config_name == "A").unwrap();
+        assert!(a.excluded_reason.is_empty(), "{}: {a:?}", g.level_label);
+        assert_eq!(a.error_rate, 0.0, "{}", g.level_label);
+    }
+
+    // regress: the error-rate check fails the failing build; its throughput check need not.
+    let history = History {
+        store: Some(&fleet.controller.store),
+        metrics: Some(&fleet.controller.metrics),
+    };
+    let base = regress::run_suite(&mut client, history, "s.toml", &suite(0.0, false), "base")
+        .await
+        .unwrap();
+    assert!(base.passed, "{}", regress::verdict::render(&base.verdicts));
+    let bad = regress::run_suite(&mut client, history, "s.toml", &suite(0.2, true), "")
+        .await
+        .unwrap();
+    fleet.stop().await;
+    let rendered = regress::verdict::render(&bad.verdicts);
+    assert!(!bad.passed, "{rendered}");
+    let err = bad
+        .verdicts
+        .iter()
+        .find(|v| v.metric == fleetbench_controller::spec::suite::Metric::ErrorRate)
+        .unwrap_or_else(|| panic!("no error_rate check: {rendered}"));
+    assert_eq!(err.status, Status::Regressed, "{rendered}");
+}
