@@ -143,3 +143,78 @@ async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress
         .unwrap_or_else(|| panic!("no error_rate check: {rendered}"));
     assert_eq!(err.status, Status::Regressed, "{rendered}");
 }
+
+/// tune: a candidate that rejects long prompts (`--max-prompt-len`, HTTP 400, as a config with a
+/// shorter context would) is infeasible however fast it serves the short ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_that_rejects_long_prompts_never_wins_tune() {
+    use fleetbench_controller::tuning;
+    let spec = format!(
+        r#"name = "tune-reject"
+repeats = 2
+
+[[configs]]
+name = "start"
+engine = "sim"
+model = "fleetbench/sim-moe-30b-a3b"
+flags = {{ {FLAGS} }}
+
+[[workloads]]
+name = "random-128-32"
+dataset = "random"
+input_len = 128
+output_len = 32
+range_ratio = 0.5
+ignore_eos = true
+
+[load]
+concurrency = [8]
+requests = 48
+
+[search]
+strategy = "grid"
+
+[search.flags]
+# Prompts are 64 to 128 tokens: a limit of 96 rejects about half of them.
+"--max-prompt-len" = [96, 100000]
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = regress_common::Fleet::start(dir.path(), 2).await;
+    let mut client = fleet.client().await;
+    let out = tuning::search::run_search(&mut client, "tune.toml", &spec, |_| {})
+        .await
+        .unwrap();
+    fleet.stop().await;
+    let report = tuning::render::search(&out);
+    let best = out.best.as_deref().unwrap_or_else(|| panic!("{report}"));
+    let winner = out
+        .candidates
+        .iter()
+        .find(|c| c.candidate.name == best)
+        .unwrap_or_else(|| panic!("{report}"));
+    // The starting config (no limit) and the 100000 limit are equally fast; either may win.
+    assert_ne!(
+        winner
+            .candidate
+            .flags
+            .get("--max-prompt-len")
+            .and_then(|v| v.as_deref()),
+        Some("96"),
+        "{report}"
+    );
+    let rejecting = out
+        .candidates
+        .iter()
+        .find(|c| c.candidate.flags["--max-prompt-len"].as_deref() == Some("96"))
+        .unwrap_or_else(|| panic!("{report}"));
+    let m = rejecting
+        .measured
+        .as_ref()
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        m.levels.iter().all(|l| l.error_rate > 0.2 && !l.meets_slo),
+        "{report}"
+    );
+    assert_eq!(m.score, 0.0, "{report}");
+}
