@@ -36,7 +36,7 @@ done
 
 log "dpkg -i"
 dpkg -i "${debs[@]}"
-for u in fleetbench fleetbench-agent; do id "$u" >/dev/null || fail "no system user $u"; done
+for u in fleetbench fleetbench-agent fleetbench-engine; do id "$u" >/dev/null || fail "no system user $u"; done
 [ "$(stat -c %U:%G:%a /var/lib/fleetbench)" = fleetbench:fleetbench:750 ] || fail "/var/lib/fleetbench: $(stat -c %U:%G:%a /var/lib/fleetbench)"
 for d in /var/lib/fleetbench-agent /var/cache/fleetbench-agent; do
   [ "$(stat -c %U:%G:%a $d)" = fleetbench-agent:fleetbench-agent:750 ] || fail "$d: $(stat -c %U:%G:%a $d)"

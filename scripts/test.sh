@@ -59,6 +59,14 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 
+# --- The engine user -------------------------------------------------------------------------
+# agent/tests/engine_user.rs: an agent run as root starts its engines as this user (as the
+# fleetbench-agent package creates it). Only as root; as another user there is nothing to drop.
+if [ "$(id -u)" = 0 ] && ! getent passwd fleetbench-engine >/dev/null; then
+  log "creating the system user fleetbench-engine (engines of a root agent run as it)"
+  useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin fleetbench-engine
+fi
+
 # --- llama.cpp server and model (real engine for tests) ---------------------------------------
 VENV=${FLEETBENCH_VENV:-$ROOT/.venv}
 export FLEETBENCH_VENV=$VENV
@@ -119,6 +127,13 @@ if [ -z "${FLEETBENCH_TEST_POSTGRES_URL:-}" ]; then
     "SELECT 1 FROM pg_database WHERE datname='fleetbench_test'" | grep -q 1 ||
     "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U postgres fleetbench_test
   export FLEETBENCH_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PGPORT/fleetbench_test"
+fi
+
+# The store-fault tests start PostgreSQL servers of their own (initdb on a temporary directory);
+# as root they run them as the `postgres` system user, which must exist even when
+# FLEETBENCH_TEST_POSTGRES_URL points at a server started elsewhere.
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+  useradd --system --no-create-home postgres
 fi
 
 # --- Build and test --------------------------------------------------------------------------

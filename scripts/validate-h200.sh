@@ -42,6 +42,8 @@ port = $PORT_ENGINE
 models = ["none"]
 start_timeout_s = 180
 grace_s = 15
+# The device machine runs everything as root and has no engine user (docs/security.md).
+run_as_root = true
 flags = [
   { name = "--hold-gib", type = "float", min = 0.5, max = 64.0 },
   { name = "--size", type = "int", min = 1024, max = 16384 },

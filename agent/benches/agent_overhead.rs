@@ -16,6 +16,8 @@ use tonic::transport::{Channel, Endpoint};
 
 const STREAM_SECONDS: u64 = 20;
 const READY_ROUNDS: usize = 5;
+/// Every wait of a readiness round is bounded by this.
+const READY_LIMIT: Duration = Duration::from_secs(60);
 
 fn proc_cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -79,53 +81,71 @@ async fn apply_and_time_ready(
         env: Default::default(),
         port: u32::from(port),
     };
-    // An independent observer polls the engine's /health every 5 ms.
+    // An independent observer polls the engine's /health every 5 ms, from the moment the agent
+    // reports the new engine spawned: the old engine is gone by then (the agent stops it
+    // first), so the first 200 is the new engine's. (Watching for the old one's port to close
+    // instead could miss a close shorter than one poll and then wait forever.)
+    let (spawned_tx, spawned_rx) = tokio::sync::oneshot::channel::<()>();
     let observer = tokio::spawn(async move {
+        spawned_rx.await.ok()?;
         let http = fleetbench_agent::http::HttpClient::new();
         let url = format!("http://127.0.0.1:{port}/health");
-        // Wait for the old engine (if any) to go away first.
-        loop {
-            if http
-                .get(&url, Duration::from_millis(200), 1024)
-                .await
-                .is_err()
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        loop {
+        let deadline = Instant::now() + READY_LIMIT;
+        while Instant::now() < deadline {
             if matches!(http.get(&url, Duration::from_millis(200), 1024).await, Ok(r) if r.status == 200)
             {
-                return Instant::now();
+                return Some(Instant::now());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        None
     });
-    let start = Instant::now();
+    let mut spawned_tx = Some(spawned_tx);
     let mut s = c
         .apply_engine(agentpb::ApplyEngineRequest {
             spec: Some(spec),
             run_id: String::new(),
+            ..Default::default()
         })
         .await
         .expect("apply")
         .into_inner();
     let mut reported = None;
     let mut agent_elapsed = 0.0;
-    while let Some(e) = s.next().await {
-        if let Some(Event::Ready(r)) = e.expect("event").event {
-            reported = Some(Instant::now());
-            agent_elapsed = r.elapsed_s;
+    let deadline = tokio::time::Instant::now() + READY_LIMIT;
+    while let Ok(Some(e)) = tokio::time::timeout_at(deadline, s.next()).await {
+        match e.expect("event").event {
+            Some(Event::Spawned(_)) => {
+                if let Some(tx) = spawned_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Some(Event::Ready(r)) => {
+                reported = Some(Instant::now());
+                agent_elapsed = r.elapsed_s;
+            }
+            _ => {}
         }
     }
-    let reported = reported.expect("engine became ready");
-    let engine_ready = observer.await.expect("observer");
-    let _ = start;
+    let reported =
+        reported.unwrap_or_else(|| panic!("the engine was not ready within {READY_LIMIT:?}"));
+    let engine_ready = observer
+        .await
+        .expect("observer")
+        .unwrap_or_else(|| panic!("the observer saw no 200 within {READY_LIMIT:?}"));
     (
         reported.saturating_duration_since(engine_ready),
         agent_elapsed,
     )
+}
+
+/// The next metrics sample, waiting at most 10 s.
+async fn next_sample(s: &mut tonic::Streaming<agentpb::MetricsSample>) -> agentpb::MetricsSample {
+    tokio::time::timeout(Duration::from_secs(10), s.next())
+        .await
+        .expect("a metrics sample within 10 s")
+        .expect("the metrics stream ended")
+        .expect("metrics sample")
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +254,7 @@ async fn main() {
         .into_inner();
     // Warm up the stream (connection pool, first full /proc scan).
     for _ in 0..10 {
-        stream.next().await.unwrap().unwrap();
+        next_sample(&mut stream).await;
     }
     let m = Measure::start(pid);
     let mut n = 0u64;
@@ -242,7 +262,7 @@ async fn main() {
     let mut peak_rss = 0;
     let until = Instant::now() + Duration::from_secs(STREAM_SECONDS);
     while Instant::now() < until {
-        let s = stream.next().await.unwrap().unwrap();
+        let s = next_sample(&mut stream).await;
         n += 1;
         scraped += u64::from(s.engine.is_some_and(|e| e.scraped));
         peak_rss = peak_rss.max(rss_kib(pid));
@@ -254,7 +274,7 @@ async fn main() {
         peak_rss as f64 / 1024.0
     );
     drop(stream);
-    let _ = c.stop_engine(agentpb::StopEngineRequest {}).await;
+    let _ = c.stop_engine(agentpb::StopEngineRequest::default()).await;
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -114,7 +114,7 @@ impl EnvRule {
         {
             return Err(format!("{name:?}: a variable name uses A-Z, 0-9 and '_'"));
         }
-        if matches!(ty, FlagType::Switch | FlagType::Json { .. }) {
+        if matches!(ty, FlagType::Switch | FlagType::Json { .. } | FlagType::Any) {
             return Err(format!("{name:?}: an environment value cannot be a {ty:?}"));
         }
         Ok(EnvRule { name, ty })

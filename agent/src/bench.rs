@@ -1,5 +1,6 @@
 //! `RunBenchmark`: the load generator against the engine on loopback, one level at a time,
-//! watching the supervisor so a crash ends the level as `crashed` instead of hanging.
+//! watching the supervisor so a crash ends the level as `crashed` instead of hanging; or
+//! against an external target (see `external`), whose process is not the agent's to watch.
 
 use std::time::Duration;
 
@@ -11,7 +12,9 @@ use fleetbench_proto::now_unix_ms;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::cache::CacheSource;
 use crate::convert;
+use crate::lease::Leases;
 use crate::supervisor::Snapshot;
 
 /// After a level with failed requests, how long to wait for the supervisor to report a crash
@@ -45,22 +48,89 @@ async fn emit(tx: &Tx, e: Event) -> bool {
     .is_ok()
 }
 
+/// When the lease the run was started under (`epoch`, 0: none) no longer holds: the run must
+/// end without reporting the level in progress.
+fn fenced(leases: &Leases, epoch: u64, index: usize) -> Option<tonic::Status> {
+    let live = *leases.watch().borrow();
+    (live != epoch).then(|| {
+        let note = leases.view().1;
+        tonic::Status::aborted(if epoch == 0 {
+            format!(
+                "a lease (epoch {live}) was acquired during the unleased benchmark; level \
+                 {index} is not reported"
+            )
+        } else {
+            format!(
+                "fenced: lease epoch {epoch} ended during the benchmark; level {index} is not \
+                 reported ({})",
+                if note.is_empty() {
+                    "released"
+                } else {
+                    note.as_str()
+                }
+            )
+        })
+    })
+}
+
+/// What the load is driven against.
+pub enum Target {
+    /// The engine this agent started (generation `generation`): a crash ends the level.
+    Engine {
+        state: watch::Receiver<Snapshot>,
+        generation: u64,
+    },
+    /// An endpoint the agent does not own; its cache counters, if any, from these endpoints.
+    External(CacheSource),
+}
+
 /// Runs every level of `req` not in `skip_levels`, streaming progress and results on `tx`.
-/// Ends after the last level, or after a level the engine did not survive.
+/// Ends after the last level, after a level the engine did not survive, or, with ABORTED and
+/// without the level in progress, when the lease it runs under ends.
 pub async fn run(
     runner: Runner,
     req: agentpb::RunBenchmarkRequest,
-    mut state: watch::Receiver<Snapshot>,
-    generation: u64,
+    target: Target,
+    leases: Leases,
     tx: Tx,
 ) {
-    let config_id = state
-        .borrow()
-        .plan
+    match target {
+        Target::Engine { state, generation } => {
+            let plan = state.borrow().plan.clone();
+            let source = plan.as_deref().map(CacheSource::of_plan);
+            run_levels(
+                runner,
+                req,
+                Some((state, generation)),
+                plan,
+                source,
+                leases,
+                tx,
+            )
+            .await
+        }
+        Target::External(source) => {
+            run_levels(runner, req, None, None, Some(source), leases, tx).await
+        }
+    }
+}
+
+async fn run_levels(
+    runner: Runner,
+    req: agentpb::RunBenchmarkRequest,
+    mut engine: Option<(watch::Receiver<Snapshot>, u64)>,
+    plan: Option<std::sync::Arc<crate::profile::LaunchPlan>>,
+    source: Option<CacheSource>,
+    leases: Leases,
+    tx: Tx,
+) {
+    // An external target has no config of fleetbench's: its spans carry an empty config id.
+    let config_id = plan
         .as_ref()
         .map(|p| p.config_id.clone())
         .unwrap_or_default();
-    let plan = state.borrow().plan.clone();
+    let epoch = req.lease_epoch;
+    let mut lease = leases.watch();
     let http = crate::http::HttpClient::new();
     for (index, level) in req.levels.iter().enumerate() {
         if req.skip_levels.contains(&(index as u32)) {
@@ -86,28 +156,50 @@ pub async fn run(
             fleetbench.level.prefix_cache_hit_rate = tracing::field::Empty,
             fleetbench.level.crashed = tracing::field::Empty,
         );
-        let before = interrupt_of(&state.borrow(), generation);
+        if let Some(s) = fenced(&leases, epoch, index) {
+            tracing::warn!(parent: &span, "{}", s.message());
+            let _ = tx.send(Err(s)).await;
+            return;
+        }
+        let before = engine
+            .as_ref()
+            .and_then(|(state, generation)| interrupt_of(&state.borrow(), *generation));
         // The cache is emptied, and its counters read, outside the level's clock.
         let mut cache_before = None;
-        if let (Some(p), None) = (&plan, &before) {
-            let reset = if req.reset_cache {
-                crate::cache::reset(&http, p).await
-            } else {
-                String::new()
+        if let (Some(src), None) = (&source, &before) {
+            let reset = match (&plan, req.reset_cache) {
+                (_, false) => String::new(),
+                (Some(p), true) => crate::cache::reset(&http, p).await,
+                (None, true) => {
+                    "not flushed: an external target's cache is not fleetbench's to empty".into()
+                }
             };
-            cache_before = Some((reset, crate::cache::counters(&http, p).await));
+            cache_before = Some((reset, crate::cache::counters(&http, src).await));
         }
         let started = now_unix_ms();
         let (report, interrupt) = match before {
             Some(i) => (fleetbench_loadgen::LevelReport::default(), Some(i)),
-            None => run_level(&runner, index, level, &mut state, generation, &tx, &span).await,
+            None => {
+                let watched = Watched {
+                    engine: engine.as_mut(),
+                    lease: &mut lease,
+                    epoch,
+                };
+                run_level(&runner, index, level, watched, &tx, &span).await
+            }
         };
+        // A level finished under a lease that ended is not a result of the lease holder's.
+        if let Some(s) = fenced(&leases, epoch, index) {
+            tracing::warn!(parent: &span, "{}", s.message());
+            let _ = tx.send(Err(s)).await;
+            return;
+        }
         let finished = now_unix_ms();
         let mut result = convert::level_result(index, level, &report);
-        if let (Some(p), Some((reset, b)), None) = (&plan, cache_before, &interrupt) {
-            let a = crate::cache::counters(&http, p).await;
+        if let (Some(src), Some((reset, b)), None) = (&source, cache_before, &interrupt) {
+            let a = crate::cache::counters(&http, src).await;
             result.prefix_cache = Some(crate::cache::figure(
-                p,
+                src.kind,
                 b,
                 a,
                 report.prompt_tokens_all,
@@ -116,6 +208,7 @@ pub async fn run(
         }
         result.started_unix_ms = started;
         result.finished_unix_ms = finished;
+        result.lease_epoch = epoch;
         let stop = interrupt.is_some();
         match interrupt {
             Some(Interrupt::Crashed(crash)) => {
@@ -138,15 +231,28 @@ pub async fn run(
     }
 }
 
+/// What a level watches besides its requests: the engine (none for an external target), and
+/// the lease it runs under.
+struct Watched<'a> {
+    engine: Option<&'a mut (watch::Receiver<Snapshot>, u64)>,
+    lease: &'a mut watch::Receiver<u64>,
+    epoch: u64,
+}
+
 async fn run_level(
     runner: &Runner,
     index: usize,
     level: &agentpb::LoadLevel,
-    state: &mut watch::Receiver<Snapshot>,
-    generation: u64,
+    w: Watched<'_>,
     tx: &Tx,
     span: &tracing::Span,
 ) -> (fleetbench_loadgen::LevelReport, Option<Interrupt>) {
+    let Watched {
+        mut engine,
+        lease,
+        epoch,
+    } = w;
+    let watching = engine.is_some();
     let cancel = CancellationToken::new();
     let (ptx, mut prx) = mpsc::unbounded_channel();
     let lg_level = convert::level_from_proto(level);
@@ -168,20 +274,32 @@ async fn run_level(
                 }
                 None => progress_open = false,
             },
-            changed = state.changed(), if !cancel.is_cancelled() => {
-                let i = match changed {
-                    Ok(()) => interrupt_of(&state.borrow_and_update(), generation),
-                    Err(_) => Some(Interrupt::Replaced),
+            changed = changed(engine.as_deref_mut()), if watching && !cancel.is_cancelled() => {
+                let i = match (changed, engine.as_deref_mut()) {
+                    (Ok(()), Some((state, generation))) => {
+                        interrupt_of(&state.borrow_and_update(), *generation)
+                    }
+                    _ => Some(Interrupt::Replaced),
                 };
                 if i.is_some() {
                     interrupt = i;
                     cancel.cancel();
                 }
             }
+            changed = lease.changed(), if !cancel.is_cancelled() => {
+                // The caller sees the fencing after the loop; the level stops at once.
+                if changed.is_err() || *lease.borrow_and_update() != epoch {
+                    cancel.cancel();
+                }
+            }
             _ = tx.closed(), if !cancel.is_cancelled() => cancel.cancel(),
         }
     };
-    if interrupt.is_none() && report.failed > 0 {
+    if let Some((state, generation)) = engine
+        && interrupt.is_none()
+        && report.failed > 0
+    {
+        let generation = *generation;
         // Failed requests are often the first sign of a crash: give the supervisor a moment.
         let settle = async {
             loop {
@@ -199,6 +317,16 @@ async fn run_level(
             .flatten();
     }
     (report, interrupt)
+}
+
+/// The engine's next state change; never, without an engine.
+async fn changed(
+    engine: Option<&mut (watch::Receiver<Snapshot>, u64)>,
+) -> Result<(), watch::error::RecvError> {
+    match engine {
+        Some((state, _)) => state.changed().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn record(span: &tracing::Span, r: &agentpb::LevelResult) {

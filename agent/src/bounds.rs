@@ -39,6 +39,42 @@ pub fn check_benchmark(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRe
     use agentpb::workload::Dataset;
     name_len("run_id", &req.run_id)?;
     at("levels", check_len(req.levels.len(), lim::MAX_LEVELS))?;
+    if let Some(t) = &req.target {
+        const MAX_URL: usize = 2048;
+        const MAX_LIST: usize = 64;
+        let long = |field: &str, v: &str| {
+            if v.len() > MAX_URL {
+                Err(crate::convert::bad(
+                    field,
+                    format!("longer than {MAX_URL} bytes"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        long("target.base_url", &t.base_url)?;
+        long("target.ca_cert", &t.ca_cert)?;
+        long("target.api_key_ref", &t.api_key_ref)?;
+        for (field, n) in [
+            ("target.headers", t.headers.len()),
+            ("target.secret_headers", t.secret_headers.len()),
+            ("target.metrics_urls", t.metrics_urls.len()),
+        ] {
+            if n > MAX_LIST {
+                return Err(crate::convert::bad(
+                    field,
+                    format!("at most {MAX_LIST}, got {n}"),
+                ));
+            }
+        }
+        for u in &t.metrics_urls {
+            long("target.metrics_urls", u)?;
+        }
+        for h in t.headers.iter().chain(&t.secret_headers) {
+            long("target.headers", &h.name)?;
+            long("target.headers", &h.value)?;
+        }
+    }
     let mut slowest: Option<f64> = None;
     for (i, l) in req.levels.iter().enumerate() {
         if let Some(c) = l.concurrency {
@@ -170,6 +206,15 @@ pub fn check_apply(spec: &agentpb::EngineSpec, run_id: &str) -> Result<(), Bench
     for (i, f) in spec.flags.iter().enumerate() {
         name_len(&format!("spec.flags[{i}].name"), &f.name)?;
     }
+    Ok(())
+}
+
+/// Checks an `AcquireLease` request's sizes (the owner, job and trial are shown and logged).
+pub fn check_lease(req: &agentpb::AcquireLeaseRequest) -> Result<(), BenchRequestError> {
+    name_len("owner", &req.owner)?;
+    name_len("job_id", &req.job_id)?;
+    name_len("trial_id", &req.trial_id)?;
+    name_len("reason", &req.reason)?;
     Ok(())
 }
 

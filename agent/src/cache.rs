@@ -60,22 +60,64 @@ pub async fn reset(http: &HttpClient, plan: &LaunchPlan) -> String {
     }
 }
 
-/// The engine's cache counters now; `Err` says why they could not be read.
-pub async fn counters(http: &HttpClient, plan: &LaunchPlan) -> Result<CacheCounters, String> {
-    let url = plan
-        .metrics_url
-        .as_ref()
-        .ok_or_else(|| format!("profile {} has no metrics path", plan.profile))?;
-    match http.get(url, TIMEOUT, MAX_BODY).await {
-        Ok(r) if r.status == 200 => Ok(cache::counters(plan.kind, &r.body)),
-        Ok(r) => Err(format!("GET {url}: HTTP {}", r.status)),
-        Err(e) => Err(format!("GET {url}: {e}")),
+/// Where a level's cache counters are read: the engine's kind (how to read them) and its
+/// Prometheus endpoints (one for an owned engine; the replicas behind an external target).
+#[derive(Debug, Clone)]
+pub struct CacheSource {
+    pub kind: fleetbench_engines::EngineKind,
+    pub urls: Vec<String>,
+    /// Why there are no URLs, for the level's note.
+    pub none: String,
+}
+
+impl CacheSource {
+    /// The engine the agent started.
+    pub fn of_plan(plan: &LaunchPlan) -> CacheSource {
+        CacheSource {
+            kind: plan.kind,
+            urls: plan.metrics_url.iter().cloned().collect(),
+            none: format!("profile {} has no metrics path", plan.profile),
+        }
     }
+}
+
+fn add(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, None) | (None, x) => x,
+    }
+}
+
+/// The engine's cache counters now, summed over the source's endpoints; `Err` says why they
+/// could not be read (one endpoint that cannot be read spoils the sum).
+pub async fn counters(http: &HttpClient, src: &CacheSource) -> Result<CacheCounters, String> {
+    if src.urls.is_empty() {
+        return Err(src.none.clone());
+    }
+    let mut sum = CacheCounters::default();
+    for url in &src.urls {
+        let c = match http.get(url, TIMEOUT, MAX_BODY).await {
+            Ok(r) if r.status == 200 => cache::counters(src.kind, &r.body),
+            Ok(r) => return Err(format!("GET {url}: HTTP {}", r.status)),
+            Err(e) => return Err(format!("GET {url}: {e}")),
+        };
+        sum.prompt_tokens = add(sum.prompt_tokens, c.prompt_tokens);
+        sum.cached_tokens = add(sum.cached_tokens, c.cached_tokens);
+        sum.hits = add(sum.hits, c.hits);
+        sum.queries = add(sum.queries, c.queries);
+        // A gauge does not add up over replicas: kept only for a single endpoint.
+        sum.hit_rate_gauge = if src.urls.len() == 1 {
+            c.hit_rate_gauge
+        } else {
+            None
+        };
+    }
+    Ok(sum)
 }
 
 /// The level's cache figure for the wire.
 pub fn figure(
-    plan: &LaunchPlan,
+    kind: fleetbench_engines::EngineKind,
     before: Result<CacheCounters, String>,
     after: Result<CacheCounters, String>,
     sent: u64,
@@ -88,7 +130,7 @@ pub fn figure(
     };
     match (before, after) {
         (Ok(b), Ok(a)) => {
-            let f = cache::level_figure(plan.kind, &b, &a, sent);
+            let f = cache::level_figure(kind, &b, &a, sent);
             out.source = f.source;
             out.hit_rate = f.hit_rate;
             out.prompt_tokens_engine = f.prompt_tokens_engine;

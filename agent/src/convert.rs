@@ -69,6 +69,11 @@ pub fn describe_flag_type(t: &FlagType) -> String {
         ),
         FlagType::Choice { values } => format!("one of {}", values.join(",")),
         FlagType::String => "string".into(),
+        FlagType::Any => "any (passed through)".into(),
+        FlagType::HumanInt { min } => format!(
+            "int with k/K suffix{}",
+            range(min.map(|v| v.to_string()), None)
+        ),
         FlagType::Json { keys } => format!(
             "json with keys {}",
             keys.keys().cloned().collect::<Vec<_>>().join(",")
@@ -84,7 +89,7 @@ pub struct BenchRequestError {
     pub message: String,
 }
 
-fn bad(field: &str, message: impl Into<String>) -> BenchRequestError {
+pub(crate) fn bad(field: &str, message: impl Into<String>) -> BenchRequestError {
     BenchRequestError {
         field: field.into(),
         message: message.into(),
@@ -242,6 +247,8 @@ pub fn level_result(
         agentpb::LevelOutcome::Ok
     };
     agentpb::LevelResult {
+        // Set by the benchmark task, which knows the lease it runs under.
+        lease_epoch: 0,
         level_index: index as u32,
         level: Some(*level),
         outcome: outcome as i32,

@@ -41,5 +41,8 @@ pub fn host_facts(
         cuda_driver_version,
         profiles: profiles.values().map(Profile::info).collect(),
         labels: labels.clone().into_iter().collect(),
+        // Filled in by the service, which holds the lease table.
+        lease: None,
+        lease_note: String::new(),
     }
 }

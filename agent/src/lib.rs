@@ -18,8 +18,13 @@ pub mod bounds;
 mod cache;
 pub mod config;
 pub mod convert;
+pub mod dcgm;
+pub mod engine_args;
+pub mod engine_user;
+pub mod external;
 pub mod host;
 pub mod http;
+pub mod lease;
 pub mod metrics;
 pub mod profile;
 pub mod program;
@@ -28,6 +33,7 @@ pub mod server;
 pub mod service;
 pub mod status;
 pub mod supervisor;
+mod watch;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,6 +78,8 @@ pub struct AgentHandle {
     stop: CancellationToken,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     supervisor: supervisor::Supervisor,
+    /// Ends expired leases (stopping the engine); awaited at shutdown.
+    expiry: JoinHandle<()>,
 }
 
 impl AgentHandle {
@@ -79,6 +87,7 @@ impl AgentHandle {
     pub async fn shutdown(self) {
         self.supervisor.shutdown().await;
         self.stop.cancel();
+        let _ = self.expiry.await;
         match self.server.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server ended with an error"),
             Err(e) => tracing::warn!(error = %e, "gRPC server task failed"),
@@ -155,6 +164,7 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
     })?;
 
     let http = http::HttpClient::new();
+    let leases = lease::Leases::new(Some(&config.data_dir));
     let sup = supervisor::Supervisor::start(
         supervisor::SupervisorConfig {
             data_dir: config.data_dir.clone(),
@@ -163,10 +173,12 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
         },
         gpus.clone(),
         http.clone(),
+        leases.watch(),
     );
     let cfg = Arc::new(config);
-    let service = service::AgentService::new(cfg.clone(), sup.clone(), gpus, http);
     let stop = CancellationToken::new();
+    let expiry = tokio::spawn(leases.clone().run_expiry(sup.clone(), stop.clone()));
+    let service = service::AgentService::new(cfg.clone(), sup.clone(), gpus, http, leases);
     let allowed = cfg.tls.as_ref().map(|t| t.allowed_clients.clone());
     let server = tokio::spawn(server::serve(
         listener,
@@ -194,5 +206,6 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
         stop,
         server,
         supervisor: sup,
+        expiry,
     })
 }

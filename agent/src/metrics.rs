@@ -132,6 +132,10 @@ pub struct MetricsStream {
     /// The engine's generated-token counter at the previous scrape: (engine generation, when,
     /// value), for engines whose own figure is not the server's throughput.
     prev_generated: Option<(u64, Instant, f64)>,
+    /// dcgm-exporter's URL when GPU figures come from it instead of NVML.
+    dcgm_url: Option<String>,
+    /// The OS host name, as dcgm-exporter's `Hostname` label would carry it.
+    hostname: String,
 }
 
 impl MetricsStream {
@@ -148,19 +152,49 @@ impl MetricsStream {
             sup,
             procs: None,
             prev_generated: None,
+            dcgm_url: None,
+            hostname: crate::host::hostname(),
+        }
+    }
+
+    /// Reads GPU figures from `source` (NVML is the default).
+    pub fn with_gpu_source(mut self, source: &crate::config::GpuTelemetrySource) -> Self {
+        self.dcgm_url = match source {
+            crate::config::GpuTelemetrySource::Nvml => None,
+            crate::config::GpuTelemetrySource::DcgmExporter { url } => Some(url.clone()),
+        };
+        self
+    }
+
+    /// The GPUs' samples and the host name to label them with.
+    async fn gpu_samples(&self) -> (Vec<agentpb::GpuSample>, String) {
+        let Some(url) = &self.dcgm_url else {
+            let gpus = self.gpus.sample();
+            return (
+                gpus.iter().map(agentpb::GpuSample::from).collect(),
+                self.hostname.clone(),
+            );
+        };
+        let timeout = Duration::from_millis(u64::from(self.req.interval_ms).clamp(100, 1000));
+        match crate::dcgm::read(&self.http, url, timeout).await {
+            Ok(r) => (
+                r.gpus.iter().map(agentpb::GpuSample::from).collect(),
+                r.hostname.unwrap_or_else(|| self.hostname.clone()),
+            ),
+            // No figures rather than stale or zero ones; the stream goes on.
+            Err(e) => {
+                tracing::debug!(error = %e, "no GPU sample from dcgm-exporter");
+                (Vec::new(), self.hostname.clone())
+            }
         }
     }
 
     pub async fn sample(&mut self) -> agentpb::MetricsSample {
         let snap: Snapshot = self.sup.snapshot();
-        let gpus = if self.req.gpu {
-            self.gpus
-                .sample()
-                .iter()
-                .map(agentpb::GpuSample::from)
-                .collect()
+        let (gpus, hostname) = if self.req.gpu {
+            self.gpu_samples().await
         } else {
-            Vec::new()
+            (Vec::new(), self.hostname.clone())
         };
         let engine = if self.req.engine {
             let mut e = self.scrape(&snap).await;
@@ -184,6 +218,7 @@ impl MetricsStream {
                 .as_ref()
                 .map(|p| p.config_id.clone())
                 .unwrap_or_default(),
+            hostname,
         }
     }
 

@@ -5,6 +5,7 @@
 //! `Server::builder()` below.
 
 use std::future::Future;
+use std::time::Duration;
 
 use fleetbench_proto::agentpb::agent_server::AgentServer;
 use fleetbench_support::telemetry::TraceContextLayer;
@@ -19,6 +20,12 @@ use crate::service::AgentService;
 
 /// Largest message accepted (a long log tail or a P2P report stays far below).
 const MAX_MESSAGE: usize = 16 << 20;
+/// HTTP/2 pings on every connection: a controller that vanished without closing its socket (a
+/// partition, a power loss) is noticed, and the streams it held (a benchmark, a log follow)
+/// end instead of running for a reader that is gone. The lease, not this, decides when the
+/// engine stops.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Lets through only callers whose certificate names an allowed controller identity with the
 /// controller role: the CA also signs agents, operators and viewers, and none of them may drive
@@ -57,7 +64,9 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AgentServer<AgentService>>().await;
-    let mut builder = Server::builder();
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
     let mut allowed = None;
     if let Some((tls, names)) = tls {
         builder = builder.tls_config(tls)?;

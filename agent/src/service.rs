@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::AgentConfig;
 use crate::http::HttpClient;
+use crate::lease::Leases;
 use crate::metrics::MetricsStream;
 use crate::profile::RequestError;
 use crate::status::RpcError;
@@ -31,17 +32,40 @@ pub struct AgentService {
     sup: Supervisor,
     gpus: Gpus,
     http: HttpClient,
+    leases: Leases,
 }
 
 impl AgentService {
-    pub fn new(cfg: Arc<AgentConfig>, sup: Supervisor, gpus: Gpus, http: HttpClient) -> Self {
+    pub fn new(
+        cfg: Arc<AgentConfig>,
+        sup: Supervisor,
+        gpus: Gpus,
+        http: HttpClient,
+        leases: Leases,
+    ) -> Self {
         AgentService {
             cfg,
             sup,
             gpus,
             http,
+            leases,
         }
     }
+
+    /// The engine's status with the lease it is held under.
+    fn engine_status(&self, mut status: agentpb::EngineStatus) -> agentpb::EngineStatus {
+        (status.lease, status.lease_note) = self.leases.view();
+        status
+    }
+}
+
+/// The caller's mTLS identity (the client certificate's name); `None` on plaintext.
+fn identity<T>(request: &Request<T>) -> Option<String> {
+    request.peer_certs().and_then(|c| {
+        c.first()
+            .and_then(|d| fleetbench_support::tls::peer_identity(d.as_ref()))
+            .map(|id| id.name)
+    })
 }
 
 fn stream_of<T: Send + 'static>(rx: mpsc::Receiver<Result<T, Status>>) -> RpcStream<T> {
@@ -89,6 +113,8 @@ impl Agent for AgentService {
         })
         .await
         .map_err(|e| Status::internal(format!("host facts: {e}")))?;
+        let mut facts = facts;
+        (facts.lease, facts.lease_note) = self.leases.view();
         Ok(Response::new(facts))
     }
 
@@ -98,7 +124,11 @@ impl Agent for AgentService {
         &self,
         request: Request<agentpb::ApplyEngineRequest>,
     ) -> Result<Response<Self::ApplyEngineStream>, Status> {
+        let who = identity(&request);
         let req = request.into_inner();
+        self.leases
+            .check(req.lease_epoch, who.as_deref())
+            .map_err(RpcError::from)?;
         let spec = req
             .spec
             .ok_or_else(|| Status::invalid_argument("spec: missing"))?;
@@ -116,9 +146,18 @@ impl Agent for AgentService {
                     .join(", "),
             })
         })?;
-        let plan = profile.plan(&spec).map_err(RpcError::from)?;
+        let mut plan = profile.plan_checked(&spec).await.map_err(RpcError::from)?;
+        if let Some(users) = &self.cfg.engine_user {
+            plan.run_as =
+                crate::engine_user::for_profile(users, profile.run_as_root, &profile.name)
+                    .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        }
         let run_id = run_id(&req.run_id, &plan.config_id)?;
-        let rx = self.sup.apply(plan, run_id).await.map_err(RpcError::from)?;
+        let rx = self
+            .sup
+            .apply(plan, run_id, req.lease_epoch)
+            .await
+            .map_err(RpcError::from)?;
         Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(
             ReceiverStream::new(rx),
             Ok,
@@ -127,17 +166,84 @@ impl Agent for AgentService {
 
     async fn stop_engine(
         &self,
-        _: Request<agentpb::StopEngineRequest>,
+        request: Request<agentpb::StopEngineRequest>,
     ) -> Result<Response<agentpb::EngineStatus>, Status> {
+        let who = identity(&request);
+        self.leases
+            .check(request.get_ref().lease_epoch, who.as_deref())
+            .map_err(RpcError::from)?;
         let status = self.sup.stop("StopEngine").await.map_err(RpcError::from)?;
-        Ok(Response::new(status))
+        Ok(Response::new(self.engine_status(status)))
     }
 
     async fn get_engine(
         &self,
         _: Request<agentpb::GetEngineRequest>,
     ) -> Result<Response<agentpb::EngineStatus>, Status> {
-        Ok(Response::new(self.sup.snapshot().to_status()))
+        Ok(Response::new(
+            self.engine_status(self.sup.snapshot().to_status()),
+        ))
+    }
+
+    type WatchEngineStream = RpcStream<agentpb::EngineWatchEvent>;
+
+    async fn watch_engine(
+        &self,
+        request: Request<agentpb::WatchEngineRequest>,
+    ) -> Result<Response<Self::WatchEngineStream>, Status> {
+        let keepalive = crate::watch::keepalive_of(request.get_ref())?;
+        let me = self.clone();
+        let rx = crate::watch::spawn(
+            self.sup.watch(),
+            self.leases.watch(),
+            keepalive,
+            move || me.engine_status(me.sup.snapshot().to_status()),
+        );
+        Ok(Response::new(stream_of(rx)))
+    }
+
+    async fn acquire_lease(
+        &self,
+        request: Request<agentpb::AcquireLeaseRequest>,
+    ) -> Result<Response<agentpb::Lease>, Status> {
+        let who = identity(&request);
+        let req = request.into_inner();
+        crate::bounds::check_lease(&req).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let lease = self
+            .leases
+            .acquire(&req, who)
+            .await
+            .map_err(RpcError::from)?;
+        Ok(Response::new(lease))
+    }
+
+    async fn renew_lease(
+        &self,
+        request: Request<agentpb::RenewLeaseRequest>,
+    ) -> Result<Response<agentpb::Lease>, Status> {
+        let who = identity(&request);
+        let req = request.into_inner();
+        let lease = self
+            .leases
+            .renew(req.epoch, req.ttl_ms, who.as_deref())
+            .map_err(RpcError::from)?;
+        Ok(Response::new(lease))
+    }
+
+    async fn release_lease(
+        &self,
+        request: Request<agentpb::ReleaseLeaseRequest>,
+    ) -> Result<Response<agentpb::ReleaseLeaseResponse>, Status> {
+        let who = identity(&request);
+        let req = request.into_inner();
+        let status = self
+            .leases
+            .release(req.epoch, req.keep_engine, who.as_deref(), &self.sup)
+            .await
+            .map_err(RpcError::from)?;
+        Ok(Response::new(agentpb::ReleaseLeaseResponse {
+            engine: Some(self.engine_status(status)),
+        }))
     }
 
     type StreamLogsStream = RpcStream<agentpb::LogLine>;
@@ -202,7 +308,8 @@ impl Agent for AgentService {
         }
         let period = Duration::from_millis(u64::from(req.interval_ms));
         let mut stream =
-            MetricsStream::new(req, self.gpus.clone(), self.http.clone(), self.sup.clone());
+            MetricsStream::new(req, self.gpus.clone(), self.http.clone(), self.sup.clone())
+                .with_gpu_source(&self.cfg.gpu_source);
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(period);
@@ -227,8 +334,44 @@ impl Agent for AgentService {
         &self,
         request: Request<agentpb::RunBenchmarkRequest>,
     ) -> Result<Response<Self::RunBenchmarkStream>, Status> {
+        let who = identity(&request);
         let req = request.into_inner();
         crate::bounds::check_benchmark(&req).map_err(RpcError::from)?;
+        self.leases
+            .check(req.lease_epoch, who.as_deref())
+            .map_err(RpcError::from)?;
+        if let Some(t) = &req.target {
+            // An endpoint the agent does not own: no engine need run, and the agent's
+            // [external] policy decides where load may go and which secrets it may send.
+            let access = self.cfg.external.client_options(t).map_err(|e| {
+                RpcError::from(crate::convert::bad(
+                    &format!("target.{}", e.field),
+                    e.message,
+                ))
+            })?;
+            let mut cfg = crate::convert::bench_config(&req, &t.base_url, &self.cfg.dataset_roots)
+                .map_err(RpcError::from)?;
+            cfg.client = access;
+            cfg.validate()
+                .map_err(|e| RpcError::from(crate::convert::bad("target", e.to_string())))?;
+            let runner = crate::convert::runner(&req, cfg)
+                .await
+                .map_err(RpcError::from)?;
+            let source = crate::cache::CacheSource {
+                kind: crate::external::metrics_kind(t),
+                urls: t.metrics_urls.clone(),
+                none: "the target names no metrics_urls".into(),
+            };
+            let (tx, rx) = mpsc::channel(64);
+            tokio::spawn(tracing::Instrument::in_current_span(crate::bench::run(
+                runner,
+                req,
+                crate::bench::Target::External(source),
+                self.leases.clone(),
+                tx,
+            )));
+            return Ok(Response::new(stream_of(rx)));
+        }
         let snap = self.sup.snapshot();
         let plan = match (&snap.plan, snap.state) {
             (Some(p), agentpb::EngineState::Ready) => p.clone(),
@@ -250,8 +393,11 @@ impl Agent for AgentService {
         tokio::spawn(tracing::Instrument::in_current_span(crate::bench::run(
             runner,
             req,
-            self.sup.watch(),
-            snap.generation,
+            crate::bench::Target::Engine {
+                state: self.sup.watch(),
+                generation: snap.generation,
+            },
+            self.leases.clone(),
             tx,
         )));
         Ok(Response::new(stream_of(rx)))

@@ -5,6 +5,7 @@ use fleetbench_loadgen::LoadgenError;
 use tonic::Status;
 
 use crate::convert::BenchRequestError;
+use crate::lease::LeaseError;
 use crate::profile::RequestError;
 use crate::supervisor::SupervisorGone;
 
@@ -32,6 +33,9 @@ pub enum RpcError {
     /// The supervisor has shut down.
     #[error(transparent)]
     Gone(#[from] SupervisorGone),
+    /// The call's lease epoch does not hold (see `crate::lease`).
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
 }
 
 impl From<RpcError> for Status {
@@ -59,6 +63,13 @@ impl From<RpcError> for Status {
             }
             RpcError::Probe(_) => Status::internal(msg),
             RpcError::Gone(_) => Status::unavailable(msg),
+            // An operator's call while a job holds the lease: the state must change first.
+            RpcError::Lease(LeaseError::Held { .. }) => Status::failed_precondition(msg),
+            // A stale or foreign epoch: a fencing-token check failed, the caller must stop.
+            RpcError::Lease(LeaseError::Fenced { .. } | LeaseError::Busy { .. }) => {
+                Status::aborted(msg)
+            }
+            RpcError::Lease(LeaseError::Field { .. }) => Status::invalid_argument(msg),
         }
     }
 }

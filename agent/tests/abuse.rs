@@ -43,6 +43,7 @@ async fn refused(
         .apply_engine(agentpb::ApplyEngineRequest {
             spec: Some(s),
             run_id: String::new(),
+            ..Default::default()
         })
         .await
     {
@@ -549,6 +550,7 @@ async fn a_foreign_agent_certificate_cannot_call_an_agent() {
                     &[],
                 )),
                 run_id: String::new(),
+                lease_epoch: 0,
             })
             .await
             .err()

@@ -73,6 +73,7 @@ async fn a_second_apply_cancels_the_first_cleanly() {
                 &[("--startup-delay-s", Some("60"))],
             )),
             run_id: "first".into(),
+            lease_epoch: 0,
         })
         .await
         .unwrap()

@@ -21,7 +21,7 @@ async fn llama_server_apply_restart_benchmark_metrics() {
     let llama = fleetbench_testkit::llama_cpp();
     let port = fleetbench_testkit::free_port();
     let extra = format!(
-        "[profiles.llama]\nkind = \"llamacpp\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\nstart_timeout_s = 180\n",
+        "[profiles.llama]\nkind = \"llamacpp\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\nstart_timeout_s = 180\nrun_as_root = true\n",
         llama.server, llama.model,
     );
     let agent = Agent::start(&extra).unwrap();
@@ -129,7 +129,7 @@ async fn llama_server_apply_restart_benchmark_metrics() {
     assert!(s.process.unwrap().rss_bytes > 0);
 
     let st = c
-        .stop_engine(agentpb::StopEngineRequest {})
+        .stop_engine(agentpb::StopEngineRequest::default())
         .await
         .unwrap()
         .into_inner();

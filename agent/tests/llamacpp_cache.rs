@@ -40,7 +40,7 @@ async fn llama_server_evaluates_what_was_sent_and_the_cache_figure_agrees() {
     // fixed args name the directory, as callers may not pass paths.
     let slots = tempfile::tempdir().unwrap();
     let extra = format!(
-        "[profiles.llama]\nkind = \"llamacpp\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\nstart_timeout_s = 180\n\
+        "[profiles.llama]\nkind = \"llamacpp\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\nstart_timeout_s = 180\nrun_as_root = true\n\
          args = [\"-m\", \"{{model}}\", \"--host\", \"{{host}}\", \"--port\", \"{{port}}\", \"--metrics\", \"--slot-save-path\", {:?}]\n",
         llama.server,
         llama.model,

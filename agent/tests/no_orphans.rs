@@ -40,7 +40,7 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 fn profile(dir: &std::path::Path) -> String {
     let script = write(&dir.join("fake_engine.py"), FAKE_ENGINE);
     format!(
-        "[profiles.fake]\nkind = \"generic\"\nprogram = {:?}\nargs = [{:?}, \"{{port}}\", {:?}]\nhealth_path = \"/health\"\nmetrics_path = \"\"\ngrace_s = 1\nstart_timeout_s = 60\nport = {}\n",
+        "[profiles.fake]\nkind = \"generic\"\nprogram = {:?}\nargs = [{:?}, \"{{port}}\", {:?}]\nhealth_path = \"/health\"\nmetrics_path = \"\"\ngrace_s = 1\nstart_timeout_s = 60\nrun_as_root = true\nport = {}\n",
         venv_python(),
         script,
         dir.join("pids"),
@@ -71,7 +71,7 @@ async fn stop_and_shutdown_leave_no_process_behind() {
     assert_eq!(pids.len(), 3);
     assert!(pids.iter().all(|p| alive(*p)));
     let st = c
-        .stop_engine(agentpb::StopEngineRequest {})
+        .stop_engine(agentpb::StopEngineRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -225,7 +225,7 @@ async fn the_next_agent_stops_what_a_killed_agents_engine_left() {
     let work = tempfile::tempdir().unwrap();
     let script = write(&work.path().join("stubborn.py"), STUBBORN_ENGINE);
     let profile = format!(
-        "[profiles.stubborn]\nkind = \"generic\"\nprogram = {:?}\nargs = [{:?}, \"{{port}}\", {:?}]\nhealth_path = \"/health\"\nmetrics_path = \"\"\ngrace_s = 1\nstart_timeout_s = 60\nport = {}\n",
+        "[profiles.stubborn]\nkind = \"generic\"\nprogram = {:?}\nargs = [{:?}, \"{{port}}\", {:?}]\nhealth_path = \"/health\"\nmetrics_path = \"\"\ngrace_s = 1\nstart_timeout_s = 60\nrun_as_root = true\nport = {}\n",
         venv_python(),
         script,
         work.path().join("pids"),

@@ -124,6 +124,7 @@ async fn disallowed_program_flag_value_and_env_are_refused_and_nothing_starts() 
                 .apply_engine(agentpb::ApplyEngineRequest {
                     spec: Some(spec),
                     run_id: String::new(),
+                    ..Default::default()
                 })
                 .await
             {
@@ -172,6 +173,7 @@ async fn disallowed_program_flag_value_and_env_are_refused_and_nothing_starts() 
         .apply_engine(agentpb::ApplyEngineRequest {
             spec: Some(spec("sim", "m", port, &[])),
             run_id: "../../etc/x".into(),
+            ..Default::default()
         })
         .await
     {

@@ -222,7 +222,7 @@ async fn apply_restart_benchmark_metrics_stop() {
 
     // Stop: the group is gone and the state is idle.
     let st = c
-        .stop_engine(agentpb::StopEngineRequest {})
+        .stop_engine(agentpb::StopEngineRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -303,10 +303,115 @@ async fn crash_above_batch_size_ends_the_level_crashed_with_the_traceback() {
     assert!(group_members(pid as i32).is_empty());
     // Stopping after a crash leaves the agent idle, the crash still readable.
     let st = c
-        .stop_engine(agentpb::StopEngineRequest {})
+        .stop_engine(agentpb::StopEngineRequest::default())
         .await
         .unwrap()
         .into_inner();
     assert_eq!(st.state, agentpb::EngineState::Idle as i32);
     assert_eq!(st.last_crash.unwrap().exception_type, "AttributeError");
+}
+
+/// The heartbeat stream (`WatchEngine`): the status at once, keep-alives at the interval asked
+/// while nothing changes, and every change (the states of an apply, a lease taken and given
+/// back) pushed as it happens: this test never polls `GetEngine`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_engine_pushes_changes_and_keepalives_at_the_interval_asked() {
+    use agentpb::engine_watch_event::Event as Watch;
+    let agent = Agent::start("").expect("agent starts");
+    let mut c = agent.client().await.expect("mTLS client connects");
+
+    let refused = c
+        .watch_engine(agentpb::WatchEngineRequest { keepalive_ms: 50 })
+        .await
+        .expect_err("50 ms is below the minimum");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("keepalive_ms"), "{refused:?}");
+
+    let mut w = c
+        .watch_engine(agentpb::WatchEngineRequest { keepalive_ms: 300 })
+        .await
+        .unwrap()
+        .into_inner();
+    async fn next(
+        w: &mut tonic::Streaming<agentpb::EngineWatchEvent>,
+    ) -> agentpb::EngineWatchEvent {
+        tokio::time::timeout(Duration::from_secs(10), w.message())
+            .await
+            .expect("a message within 10 s")
+            .expect("stream healthy")
+            .expect("stream open")
+    }
+    let first = next(&mut w).await;
+    let Some(Watch::Status(s)) = &first.event else {
+        panic!("the first message is the status: {first:?}")
+    };
+    assert_eq!(s.state, agentpb::EngineState::Idle as i32);
+    // Nothing changes: keep-alives only, each 300 ms (the agent's clock) after the last message.
+    let mut last_ms = first.unix_ms;
+    for _ in 0..4 {
+        let ev = next(&mut w).await;
+        assert!(matches!(ev.event, Some(Watch::Keepalive(_))), "{ev:?}");
+        let gap = ev.unix_ms - last_ms;
+        assert!(
+            (299..3_000).contains(&gap),
+            "keep-alive {gap} ms after the last message"
+        );
+        last_ms = ev.unix_ms;
+    }
+
+    // An apply: its states arrive on the watch while it runs.
+    let mut applier = c.clone();
+    let port = fleetbench_testkit::free_port();
+    let apply = tokio::spawn(async move { apply_sim(&mut applier, port, &[]).await });
+    let mut states = Vec::new();
+    let ready = loop {
+        let ev = next(&mut w).await;
+        if let Some(Watch::Status(s)) = ev.event {
+            states.push(s.state());
+            if s.state() == agentpb::EngineState::Ready {
+                break s;
+            }
+        }
+    };
+    assert!(
+        states.contains(&agentpb::EngineState::Starting),
+        "{states:?}"
+    );
+    let events = apply.await.unwrap();
+    assert_eq!(ready.pid, spawned(&events).expect("spawned").pid);
+
+    // A lease taken and released (which stops the engine): both pushed.
+    let lease = c
+        .acquire_lease(agentpb::AcquireLeaseRequest {
+            owner: "watcher-test".into(),
+            job_id: "job-w".into(),
+            trial_id: "t1".into(),
+            ttl_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let leased = loop {
+        if let Some(Watch::Status(s)) = next(&mut w).await.event
+            && s.lease.is_some()
+        {
+            break s;
+        }
+    };
+    assert_eq!(leased.lease.unwrap().epoch, lease.epoch);
+    c.release_lease(agentpb::ReleaseLeaseRequest {
+        epoch: lease.epoch,
+        keep_engine: false,
+    })
+    .await
+    .unwrap();
+    loop {
+        if let Some(Watch::Status(s)) = next(&mut w).await.event
+            && s.lease.is_none()
+            && s.state() == agentpb::EngineState::Idle
+        {
+            break;
+        }
+    }
 }

@@ -3,11 +3,10 @@
 //! an `Authorization` `--header`), and the same server behind a TLS-terminating proxy on
 //! loopback whose certificate is trusted through `--ca-cert` only.
 
-use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+
+use fleetbench_testkit::servers::{LlamaServer, start_tls_proxy};
 
 use serde_json::Value;
 
@@ -15,103 +14,10 @@ const KEY: &str = "sk-fleetbench-test";
 const PROMPTS: u64 = 4;
 const OUTPUT_LEN: u64 = 8;
 
-struct Llama(Child);
-
-impl Drop for Llama {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn health(port: u16) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.starts_with("HTTP/1.1 200")
-}
-
-fn start_llama(log: &Path) -> (Llama, u16) {
-    let ll = fleetbench_testkit::llama_cpp();
-    let port = fleetbench_testkit::free_port();
-    let child = Command::new(&ll.server)
-        .arg("-m")
-        .arg(&ll.model)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["-c", "2048", "-np", "2", "--api-key", KEY])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).expect("log file"))
-        .spawn()
-        .expect("spawn llama-server");
-    let guard = Llama(child);
-    let t = Instant::now();
-    while !health(port) {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "llama-server not healthy within 120 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    (guard, port)
-}
-
-/// A TLS-terminating proxy on loopback: TLS from the client, plain TCP to `upstream`. Runs on
-/// its own runtime thread for the test's life.
-fn start_tls_proxy(cert: &Path, key: &Path, upstream: u16) -> u16 {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .expect("cert")
-        .collect::<Result<_, _>>()
-        .expect("cert");
-    let key = PrivateKeyDer::from_pem_file(key).expect("key");
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    listener.set_nonblocking(true).expect("nonblocking");
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    // A client that refuses the certificate ends here, as it should.
-                    let Ok(mut tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
-                    else {
-                        return;
-                    };
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
-                });
-            }
-        });
-    });
-    port
+fn start_llama(log: &Path) -> (LlamaServer, u16) {
+    let server = LlamaServer::start(&["--api-key", KEY], Some(log));
+    let port = server.port;
+    (server, port)
 }
 
 fn bench(url: &str, extra: &[&str], key_env: Option<&str>, json: &Path) -> (Output, String) {

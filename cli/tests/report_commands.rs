@@ -3,7 +3,7 @@
 //! written here through the controller's own store API.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use fleetbench_controller::store::{NewJob, Store, TrialRow};
 use fleetbench_proto::agentpb::{
@@ -155,6 +155,7 @@ async fn write_results(store: &Store) {
                 }),
                 // Power measured at the wider level only (none reported at c=1).
                 gpu_power_w: (c == 32).then_some(612.5),
+                lease_epoch: 0,
             };
             assert!(store.put_level(&level).await.unwrap());
         }
@@ -174,10 +175,9 @@ async fn write_results(store: &Store) {
 }
 
 fn fleetbench(dir: &Path, args: &[&str]) -> Output {
-    Command::new(fleetbench_testkit::workspace_bin("fleetbench"))
+    fleetbench_testkit::fleetbench_cli()
         .args(args)
         .current_dir(dir)
-        .env_remove("FLEETBENCH_CONTROLLER")
         .output()
         .expect("run fleetbench")
 }

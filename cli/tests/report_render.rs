@@ -144,6 +144,7 @@ fn results(telemetry: bool) -> GetResultsResponse {
                         ..Default::default()
                     }),
                     gpu_power_w: None,
+                    lease_epoch: 0,
                 });
                 if telemetry {
                     for s in 0..10 {

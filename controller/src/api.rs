@@ -40,13 +40,22 @@ impl From<SchedulerError> for Status {
     fn from(e: SchedulerError) -> Self {
         match e {
             SchedulerError::NoSuchJob(id) => Status::not_found(format!("no job {id:?}")),
-            SchedulerError::Store(e) => internal(e),
+            SchedulerError::NotLeading => Status::unavailable(e.to_string()),
+            SchedulerError::Store(e) => store_status(e),
         }
     }
 }
 
+/// A store error as the API reports it: UNAVAILABLE when it may pass (the client may retry),
+/// INTERNAL otherwise.
 fn store_status(e: StoreError) -> Status {
-    internal(e)
+    let transient = e.class() == crate::store::ErrorClass::Transient
+        || matches!(&e, StoreError::GaveUp { .. } | StoreError::Fenced { .. });
+    if transient {
+        Status::unavailable(e.to_string())
+    } else {
+        internal(e)
+    }
 }
 
 fn is_final(state: i32) -> bool {

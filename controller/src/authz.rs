@@ -87,9 +87,41 @@ pub struct Authorize {
     pub(crate) tokens: Arc<Vec<(String, ApiRole)>>,
     /// TLS is on: client certificates name roles.
     pub(crate) tls: bool,
+    /// Whether this controller leads: a standby refuses every call, naming the leader.
+    pub(crate) role: crate::leader::RoleRx,
 }
 
-fn cert_role(r: Role) -> ApiRole {
+/// The metadata key a standby puts the leader's API URL under.
+pub const LEADER_KEY: &str = "fleetbench-leader";
+
+/// UNAVAILABLE for a controller that does not lead, with the leader's URL (message and
+/// [`LEADER_KEY`] metadata) when known: clients retry there.
+fn not_leading(role: &crate::leader::Role) -> Option<Status> {
+    use crate::leader::Role;
+    match role {
+        Role::Leader { .. } => None,
+        Role::Starting => Some(Status::unavailable(
+            "this controller is starting: it does not lead yet (try again, or another \
+             controller of the same store)",
+        )),
+        Role::Standby { leader } if leader.address.is_empty() => Some(Status::unavailable(
+            "this controller is a standby and the leader is not known yet (try again, or \
+             another controller of the same store)",
+        )),
+        Role::Standby { leader } => {
+            let mut s = Status::unavailable(format!(
+                "this controller is a standby; the leader ({}, epoch {}) is at {}",
+                leader.holder, leader.epoch, leader.address
+            ));
+            if let Ok(v) = leader.address.parse() {
+                s.metadata_mut().insert(LEADER_KEY, v);
+            }
+            Some(s)
+        }
+    }
+}
+
+pub(crate) fn cert_role(r: Role) -> ApiRole {
     match r {
         Role::Viewer => ApiRole::Viewer,
         Role::Operator => ApiRole::Operator,
@@ -139,11 +171,15 @@ impl tonic::service::Interceptor for Authorize {
                 ));
             }
         };
+        // Who the caller is comes first: an unknown caller learns nothing, not even the leader.
+        if let Some(s) = not_leading(&self.role.borrow()) {
+            return Err(s);
+        }
         request.extensions_mut().insert(caller);
         Ok(request)
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

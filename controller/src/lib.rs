@@ -5,6 +5,7 @@
 //! - [`agents`]: agent clients (built in one place) and the inventory with heartbeats.
 //! - [`scheduler`]: jobs into trials, trials onto hosts, retries, cancel, resume.
 //! - [`api`]: the `fleetbench.controller.v1.Controller` gRPC service and its auth.
+//! - [`leader`]: one leader among controllers sharing a PostgreSQL store.
 //! - [`server`]: start/stop a whole controller; [`embedded`]: the CLI's in-process one.
 
 pub mod agents;
@@ -14,6 +15,7 @@ pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod events;
+pub mod leader;
 pub mod metrics;
 pub mod regress;
 pub mod scheduler;

@@ -61,7 +61,12 @@ async fn serve(config: ControllerConfig) -> anyhow::Result<()> {
             otlp_endpoint: config.otlp_endpoint.clone(),
             ..Default::default()
         })?;
-    let handle = fleetbench_controller::start(config, Metrics::new()).await?;
+    let metrics = if _telemetry.exports_metrics() {
+        Metrics::new()
+    } else {
+        Metrics::prometheus_only()
+    };
+    let handle = fleetbench_controller::start(config, metrics).await?;
     // Tests and scripts read the bound address from this line.
     println!("fleetbench-controller listening on {}", handle.addr);
     if let Some(m) = handle.metrics_addr {

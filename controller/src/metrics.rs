@@ -10,6 +10,7 @@
 //! telemetry is initialised, or the OTLP side records into a no-op meter (the Prometheus side
 //! works either way).
 
+mod expiry;
 pub mod names;
 pub mod registry;
 mod serve;
@@ -26,7 +27,7 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 use names::{Kind, MetricDesc, attr};
 use registry::{Labels, Registry};
 
-pub use serve::{serve, serve_until};
+pub use serve::{ScrapePolicy, serve, serve_until, serve_with};
 
 /// Most observations one histogram gets from one level's summary (bounds the work per level).
 const MAX_RECONSTRUCTED: u64 = 1_000_000;
@@ -41,13 +42,17 @@ enum Instrument {
 pub struct Metrics {
     registry: Registry,
     instruments: HashMap<&'static str, Instrument>,
-    /// Last cumulative energy reading per (host, GPU index), to turn NVML's counter into
-    /// OpenTelemetry counter increments.
-    energy_mj: Mutex<HashMap<(String, u32), u64>>,
+    /// Last cumulative reading per (host, GPU index, metric): energy (mJ) and XID errors, to
+    /// turn the agent's cumulative counts into OpenTelemetry counter increments.
+    cumulative: Mutex<HashMap<(String, u32, &'static str), u64>>,
     /// The config series each host shows in `fleetbench.host.config`.
     host_config: Mutex<HashMap<String, Labels>>,
     /// Config names learned from stored levels, for the host-config series.
     config_names: Mutex<HashMap<String, String>>,
+    /// How long a job's series stay after it ends ([`Metrics::set_job_series_ttl`]).
+    job_ttl: Mutex<std::time::Duration>,
+    /// Ended jobs and when their series go.
+    ended_jobs: Mutex<Vec<(std::time::Instant, String)>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -103,14 +108,22 @@ impl Metrics {
         Arc::new(Self::default())
     }
 
+    /// `/metrics` only, no OpenTelemetry instruments: for a controller that exports no OTLP
+    /// metrics, which then builds no OpenTelemetry attribute sets (a few for every series a
+    /// telemetry sample sets) only for a no-op meter to drop them.
+    pub fn prometheus_only() -> Arc<Self> {
+        let mut m = Self::default();
+        m.instruments.clear();
+        Arc::new(m)
+    }
+
     /// Records through `meter` instead of the global meter provider's.
     pub fn with_meter(meter: Meter) -> Arc<Self> {
         Arc::new(Self::build(meter))
     }
 
     fn build(meter: Meter) -> Self {
-        let instruments = names::ALL
-            .iter()
+        let instruments = names::all()
             .map(|d| {
                 let inst = match d.kind {
                     Kind::Counter => Instrument::Counter(
@@ -142,9 +155,11 @@ impl Metrics {
         Self {
             registry: Registry::default(),
             instruments,
-            energy_mj: Mutex::default(),
+            cumulative: Mutex::default(),
             host_config: Mutex::default(),
             config_names: Mutex::default(),
+            job_ttl: Mutex::new(std::time::Duration::from_secs(600)),
+            ended_jobs: Mutex::default(),
         }
     }
 
@@ -161,6 +176,14 @@ impl Metrics {
             g.record(value, &Self::attrs(&labels));
         }
         self.registry.set(desc, labels, value);
+    }
+
+    /// As [`Metrics::gauge`], with labels already normalised (see `registry::normalise`).
+    fn gauge_normalised(&self, desc: &'static MetricDesc, labels: &Labels, value: f64) {
+        if let Some(Instrument::Gauge(g)) = self.instruments.get(desc.name) {
+            g.record(value, &Self::attrs(labels));
+        }
+        self.registry.set_normalised(desc, labels, value);
     }
 
     fn count(&self, desc: &'static MetricDesc, labels: Labels, delta: f64) {
@@ -185,11 +208,17 @@ impl Metrics {
 
     /// A job was accepted (`kind`: sweep, tune, regress).
     pub fn job_submitted(&self, kind: &str) {
+        self.expire_due();
         self.count(
             &names::JOBS_SUBMITTED,
             vec![(attr::JOB_KIND, kind.to_string())],
             1.0,
         );
+    }
+
+    /// Telemetry points dropped because the store fell behind.
+    pub fn telemetry_dropped(&self, points: u64) {
+        self.count(&names::TELEMETRY_DROPPED, Vec::new(), points as f64);
     }
 
     /// A job ended (`state`: succeeded, failed, cancelled).
@@ -442,7 +471,8 @@ impl Metrics {
 
     /// The Prometheus text exposition of everything above.
     pub fn render_prometheus(&self) -> String {
-        self.registry.render(names::ALL)
+        self.expire_due();
+        self.registry.render(names::all())
     }
 }
 

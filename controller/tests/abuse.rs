@@ -222,3 +222,213 @@ fn a_token_over_plaintext_off_loopback_is_refused() {
         assert!(!dir.path().join("c.db").exists());
     }
 }
+
+/// `GET /metrics` over HTTPS to `addr`, trusting `ca`, with an optional client certificate and
+/// bearer token: `(status, body)`, or the handshake's error.
+async fn scrape(
+    addr: std::net::SocketAddr,
+    ca: &std::path::Path,
+    cert: Option<(&std::path::Path, &std::path::Path)>,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    scrape_path(addr, ca, cert, token, "/metrics").await
+}
+
+async fn scrape_path(
+    addr: std::net::SocketAddr,
+    ca: &std::path::Path,
+    cert: Option<(&std::path::Path, &std::path::Path)>,
+    token: Option<&str>,
+    path: &str,
+) -> Result<(u16, String), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match cert {
+        Some((c, k)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(c)
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect(),
+                PrivateKeyDer::from_pem_file(k).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let auth = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n{auth}connection: close\r\n\r\n");
+    tls.write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    // A close without close_notify still leaves the whole response read.
+    let _ = tls.read_to_end(&mut buf).await;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no HTTP response: {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// `/metrics` for viewers only, over HTTPS: a viewer's certificate or token reads it; no
+/// credentials, an agent's certificate or token, a wrong token, and a foreign CA's certificate
+/// read nothing, each with its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_only_viewers_operators_and_admins() {
+    use fleetbench_controller::config::{MetricsAuth, MetricsConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = generate_dev_certs(&dir.path().join("certs"), &[], false).unwrap();
+    let mut cfg =
+        ControllerConfig::local(&format!("sqlite://{}", dir.path().join("c.db").display()));
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let server = ApiTls {
+        cert: certs.controller_server.cert.clone(),
+        key: certs.controller_server.key.clone(),
+        client_ca: certs.ca_cert.clone(),
+    };
+    cfg.api.tls = Some(server.clone());
+    cfg.metrics = MetricsConfig {
+        auth: MetricsAuth::Viewer,
+        tls: Some(server),
+        unauthenticated_off_loopback: false,
+    };
+    let (viewer_token, agent_token) = ("viewer-token-0123456789", "agent-token-0123456789");
+    cfg.scoped_tokens = vec![
+        (
+            viewer_token.into(),
+            fleetbench_controller::authz::ApiRole::Viewer,
+        ),
+        (
+            agent_token.into(),
+            fleetbench_controller::authz::ApiRole::Agent,
+        ),
+    ];
+    let metrics = Metrics::new();
+    metrics.job_submitted("sweep");
+    let ctl = fleetbench_controller::start(cfg, metrics).await.unwrap();
+    let addr = ctl.metrics_addr.expect("metrics served");
+    let ca = &certs.ca_cert;
+
+    for (who, cert, token) in [
+        (
+            "viewer certificate",
+            Some((&certs.viewer.cert, &certs.viewer.key)),
+            None,
+        ),
+        (
+            "operator certificate",
+            Some((&certs.operator.cert, &certs.operator.key)),
+            None,
+        ),
+        ("viewer token", None, Some(viewer_token)),
+    ] {
+        let (status, body) = scrape(
+            addr,
+            ca,
+            cert.map(|(c, k)| (c.as_path(), k.as_path())),
+            token,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 200, "{who}: {body}");
+        assert!(body.contains("fleetbench_jobs_submitted"), "{who}: {body}");
+    }
+    for (who, cert, token, want, words) in [
+        (
+            "no credentials",
+            None,
+            None,
+            401,
+            "needs the role viewer, operator or admin",
+        ),
+        (
+            "agent certificate",
+            Some((&certs.agent_cert, &certs.agent_key)),
+            None,
+            403,
+            "role agent",
+        ),
+        (
+            "agent token",
+            None,
+            Some(agent_token),
+            403,
+            "this token is a agent",
+        ),
+        (
+            "wrong token",
+            None,
+            Some("not-a-token-0123456789"),
+            401,
+            "does not match",
+        ),
+    ] {
+        let (status, body) = scrape(
+            addr,
+            ca,
+            cert.map(|(c, k)| (c.as_path(), k.as_path())),
+            token,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, want, "{who}: {body}");
+        assert!(body.contains(words), "{who}: {words:?} not in {body:?}");
+        assert!(!body.contains("fleetbench_jobs"), "{who} read series");
+    }
+    // Liveness answers anyone, and says nothing else.
+    let (status, body) = scrape_path(addr, ca, None, None, "/healthz").await.unwrap();
+    assert_eq!((status, body.trim()), (200, "ok"));
+    // A certificate from another CA fails the handshake; plain HTTP gets no answer.
+    let other = generate_dev_certs(&dir.path().join("other"), &[], false).unwrap();
+    let r = scrape(
+        addr,
+        ca,
+        Some((&other.viewer.cert, &other.viewer.key)),
+        None,
+    )
+    .await;
+    assert!(
+        !matches!(r, Ok((200, _))),
+        "foreign CA read /metrics: {r:?}"
+    );
+    let plain = plain_get(addr).await;
+    assert!(!plain.starts_with("HTTP/1.1 200"), "{plain}");
+    ctl.shutdown().await;
+}
+
+/// A plaintext `GET /metrics` to `addr`: whatever comes back before the server closes.
+async fn plain_get(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).to_string()
+}

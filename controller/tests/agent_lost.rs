@@ -11,16 +11,13 @@ use common::*;
 use fleetbench_controller::store::Store;
 use fleetbench_proto::agentpb::engine_event;
 use fleetbench_proto::controllerpb::{
-    JobState, RunState, SubmitJobRequest, WatchJobRequest, job_event,
+    AgentHealth, JobState, ListAgentsRequest, RunState, SubmitJobRequest, job_event,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled() {
     let dir = tempfile::tempdir().unwrap();
-    let mut agents: Vec<Proc> = ["a1", "a2", "a3"]
-        .iter()
-        .map(|n| spawn_agent(dir.path(), n, fleetbench_testkit::free_port()))
-        .collect();
+    let mut agents = spawn_agents(dir.path(), &["a1", "a2", "a3"]);
     let cfg = controller_config(
         dir.path(),
         "127.0.0.1:0",
@@ -44,21 +41,11 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
     let job_id = resp.job_id;
 
     // Wait until some host has stored a level of its trial, then kill that host's agent.
-    let mut events = client
-        .watch_job(WatchJobRequest {
-            job_id: job_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = watch(&mut client, &job_id).await;
     let mut engine_pids: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let mut hosts_with_trials = BTreeSet::new();
     let victim = loop {
-        let ev = tokio::time::timeout(Duration::from_secs(120), events.message())
-            .await
-            .expect("events keep coming")
-            .unwrap()
-            .expect("job still running");
+        let ev = next_event(&mut events).await;
         match ev.event {
             Some(job_event::Event::Trial(t)) => {
                 hosts_with_trials.insert(t.host);
@@ -159,15 +146,13 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
     assert_eq!(other_runs.count(), 5);
 }
 
-/// A host that hangs without closing its connections (SIGSTOP: no RST, no FIN) is found out by
-/// HTTP/2 keep-alive; its trial moves to the other host.
+/// A host that hangs without closing its connections (SIGSTOP: no RST, no FIN) is found out: the
+/// inventory by its heartbeat stream's late keep-alive, the trial by HTTP/2 keep-alive and its
+/// lease; its trial moves to the other host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_agent_is_detected_and_its_trial_moves() {
     let dir = tempfile::tempdir().unwrap();
-    let mut agents: Vec<Proc> = ["f1", "f2"]
-        .iter()
-        .map(|n| spawn_agent(dir.path(), n, fleetbench_testkit::free_port()))
-        .collect();
+    let mut agents = spawn_agents(dir.path(), &["f1", "f2"]);
     let cfg = controller_config(
         dir.path(),
         "127.0.0.1:0",
@@ -175,29 +160,15 @@ async fn a_frozen_agent_is_detected_and_its_trial_moves() {
     );
     let ctl = spawn_controller(&cfg, &dir.path().join("controller.log"));
     let mut client = client(ctl.addr).await;
-    let job_id = client
-        .submit_job(SubmitJobRequest {
-            spec_toml: sim_spec("frozen", 1, &["f1", "f2"]),
-            file_name: "frozen.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .job_id;
-    let mut events = client
-        .watch_job(WatchJobRequest {
-            job_id: job_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let job_id = submit(
+        &mut client,
+        sim_spec("frozen", 1, &["f1", "f2"]),
+        "frozen.toml",
+    )
+    .await;
+    let mut events = watch(&mut client, &job_id).await;
     let (host, trial) = loop {
-        let ev = tokio::time::timeout(Duration::from_secs(120), events.message())
-            .await
-            .expect("events keep coming")
-            .unwrap()
-            .expect("job still running");
+        let ev = next_event(&mut events).await;
         if let Some(job_event::Event::Level(l)) = ev.event
             && l.result.unwrap().level_index == 0
         {
@@ -211,6 +182,31 @@ async fn a_frozen_agent_is_detected_and_its_trial_moves() {
         .args(["-STOP", &pid])
         .status()
         .unwrap();
+    // The heartbeat stream's keep-alive is what finds a frozen agent out (a stream alone would
+    // stay open): unreachable once nothing came for the interval (500 ms) plus its slack (2 s).
+    let frozen_at = std::time::Instant::now();
+    let error = loop {
+        let agents = client
+            .list_agents(ListAgentsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .agents;
+        let a = agents.iter().find(|a| a.name == host).unwrap();
+        if a.health == AgentHealth::Unreachable as i32 {
+            break a.error.clone();
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(30),
+            "the frozen agent is still {a:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let took = frozen_at.elapsed();
+    println!("frozen agent unreachable after {took:.2?}: {error}");
+    assert!(error.contains("WatchEngine"), "{error}");
+    // 2.5 s, and the margin of a loaded test machine.
+    assert!(took < Duration::from_secs(8), "{took:?}");
 
     let job = wait_job(&mut client, &job_id, Duration::from_secs(300)).await;
     let _ = std::process::Command::new("kill")

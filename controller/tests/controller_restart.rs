@@ -4,22 +4,17 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
 use fleetbench_controller::store::Store;
-use fleetbench_proto::controllerpb::{
-    GetResultsRequest, JobState, RunState, SubmitJobRequest, WatchJobRequest, job_event,
-};
+use fleetbench_proto::controllerpb::{GetResultsRequest, JobState, RunState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_controller_finishes_the_job_with_every_level_stored_once() {
     let dir = tempfile::tempdir().unwrap();
-    let agents: Vec<Proc> = ["r1", "r2"]
-        .iter()
-        .map(|n| spawn_agent(dir.path(), n, fleetbench_testkit::free_port()))
-        .collect();
+    let agents = spawn_agents(dir.path(), &["r1", "r2"]);
     // A fixed port: the restarted controller serves where clients already point.
     let listen = format!("127.0.0.1:{}", fleetbench_testkit::free_port());
     let cfg = controller_config(dir.path(), &listen, &agents.iter().collect::<Vec<_>>());
@@ -27,36 +22,15 @@ async fn a_restarted_controller_finishes_the_job_with_every_level_stored_once() 
     let mut c = client(ctl.addr).await;
 
     // 2 configs x 2 repeats = 4 trials of 4 levels on 2 hosts.
-    let job_id = c
-        .submit_job(SubmitJobRequest {
-            spec_toml: sim_spec("restart", 2, &["r1", "r2"]),
-            file_name: "restart.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .job_id;
-    let mut events = c
-        .watch_job(WatchJobRequest {
-            job_id: job_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let job_id = submit(
+        &mut c,
+        sim_spec("restart", 2, &["r1", "r2"]),
+        "restart.toml",
+    )
+    .await;
+    let mut events = watch(&mut c, &job_id).await;
     // Kill once three levels are stored (trials are mid-way: none has all four yet).
-    let mut before: BTreeMap<(String, u32), String> = BTreeMap::new();
-    while before.len() < 3 {
-        let ev = tokio::time::timeout(Duration::from_secs(120), events.message())
-            .await
-            .expect("events keep coming")
-            .unwrap()
-            .expect("job still running");
-        if let Some(job_event::Event::Level(l)) = ev.event {
-            let idx = l.result.unwrap().level_index;
-            before.insert((l.trial_id, idx), l.run_id);
-        }
-    }
+    let before = stored_levels(&mut events, 3).await;
     drop(events);
     ctl.kill();
     let interrupted: BTreeSet<String> = before.keys().map(|(t, _)| t.clone()).collect();

@@ -35,7 +35,7 @@ fn provisioned_uids() -> HashMap<String, String> {
 /// Prometheus names the controller exports (histograms with their series suffixes).
 fn exported_metric_names() -> HashSet<String> {
     let mut out = HashSet::new();
-    for m in names::ALL {
+    for m in names::all() {
         let p = m.prometheus_name();
         if m.kind == Kind::Histogram {
             for s in ["_bucket", "_sum", "_count"] {
@@ -390,5 +390,68 @@ fn dashboard_provider_points_where_compose_mounts_the_files() {
     assert!(
         compose.contains(&format!("../../dashboards:{path}")),
         "compose must mount dashboards/ at {path}"
+    );
+}
+
+/// The relations a SQL query reads (`FROM x`, `JOIN x`), lower-cased.
+fn sql_relations(sql: &str) -> Vec<String> {
+    let words: Vec<String> = sql
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "from" || w[0] == "join")
+        .map(|w| w[1].clone())
+        .collect()
+}
+
+#[test]
+fn sql_queries_read_only_the_documented_result_views() {
+    // The views of the store's migration 7: Grafana's login may read these and nothing else.
+    let migration = std::fs::read_to_string(
+        fleetbench_testkit::repo_root()
+            .join("controller/src/store/migrations/postgres/0007_result_views.sql"),
+    )
+    .unwrap();
+    let docs =
+        std::fs::read_to_string(fleetbench_testkit::repo_root().join("docs/observability.md"))
+            .unwrap();
+    let all = load_all();
+    let mut queries: Vec<(String, String)> = sql_queries(&all)
+        .into_iter()
+        .map(|q| (format!("{}/{}", q.dashboard, q.panel), q.text))
+        .collect();
+    queries.extend(
+        sql_variable_queries(&all)
+            .into_iter()
+            .map(|(d, v, q)| (format!("{d}/variable {v}"), q)),
+    );
+    assert!(queries.len() >= 20, "only {} SQL queries", queries.len());
+    for (what, sql) in &queries {
+        assert!(!sql.trim().is_empty(), "{what}: empty SQL");
+        let rels = sql_relations(sql);
+        assert!(!rels.is_empty(), "{what}: reads nothing: {sql}");
+        for r in rels {
+            assert!(
+                migration.contains(&format!("CREATE VIEW {r} AS")),
+                "{what}: reads {r}, which is not a result view of migration 7"
+            );
+            assert!(
+                migration.contains(&format!("{r},")) || migration.contains(&format!("{r} TO")),
+                "{what}: {r} is not granted to Grafana's login"
+            );
+            assert!(
+                docs.contains(&format!("`{r}`")),
+                "{what}: view {r} is not in the docs"
+            );
+        }
+    }
+    // A broken query is caught: a table behind the views is refused.
+    assert!(
+        sql_relations("SELECT * FROM levels")
+            .iter()
+            .all(|r| !migration.contains(&format!("CREATE VIEW {r} AS")))
     );
 }

@@ -232,6 +232,41 @@ fn prometheus_scrapes_the_port_the_controller_serves() {
     std::fs::write(&conf, text.replace("/etc/fleetbench/tls/", &tls_dir)).unwrap();
     let controller = fleetbench_controller::ControllerConfig::load(Some(&conf))
         .expect("compose controller.toml is a valid controller config");
+    // /metrics listens on the compose network: viewers only, over HTTPS, and Prometheus
+    // scrapes it with the viewer certificate `certs init` writes, checking the server's name.
+    assert_eq!(
+        controller.metrics.auth,
+        fleetbench_controller::config::MetricsAuth::Viewer
+    );
+    assert!(controller.metrics.tls.is_some());
+    let job = prom["scrape_configs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|j| j["job_name"] == "fleetbench-controller")
+        .expect("controller scrape job");
+    assert_eq!(s(&job["scheme"], "scheme"), "https");
+    let mounted = |p: &str| {
+        let file = p
+            .strip_prefix("/etc/prometheus/tls/")
+            .expect("mounted tls dir");
+        assert!(
+            tmp.path().join(file).exists(),
+            "certs init writes no {file}"
+        );
+    };
+    for k in ["ca_file", "cert_file", "key_file"] {
+        mounted(s(&job["tls_config"][k], k));
+    }
+    assert_eq!(
+        s(&job["tls_config"]["cert_file"], "cert"),
+        "/etc/prometheus/tls/viewer.pem"
+    );
+    assert_eq!(
+        s(&job["tls_config"]["server_name"], "server_name"),
+        "fleetbench-controller",
+        "the name controller-server.pem carries"
+    );
     let port = controller
         .metrics_listen
         .expect("metrics_listen set")

@@ -104,8 +104,10 @@ async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress
             .iter()
             .find(|c| c.config_name == "B")
             .unwrap_or_else(|| panic!("{}: no B in {g:?}", g.level_label));
+        // Two repeats of 40 requests, pooled: Binomial(80, 0.2) gives 4 to 32 failures
+        // (0.05..=0.40) but for a chance of 4e-5 per level; 0.1..0.3 failed 2% of levels.
         assert!(
-            (0.1..0.3).contains(&b.error_rate),
+            (0.05..=0.40).contains(&b.error_rate),
             "{}: B's error rate {}",
             g.level_label,
             b.error_rate

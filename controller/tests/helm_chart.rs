@@ -11,130 +11,11 @@
 //! `scripts/test.sh` installs both tools (into `.deploy-tools/` and
 //! `scripts/deploy-check/node_modules/`).
 
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod helm_render;
 
-use serde::Deserialize;
-use serde_norway::Value;
+use std::process::Command;
 
-fn root() -> PathBuf {
-    fleetbench_testkit::repo_root()
-}
-
-fn python() -> PathBuf {
-    let tools = std::env::var_os("FLEETBENCH_DEPLOY_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(".deploy-tools"));
-    let py = tools.join("venv/bin/python");
-    assert!(
-        py.exists(),
-        "{} missing: scripts/test.sh installs it (python3 -m venv .deploy-tools/venv && \
-         .deploy-tools/venv/bin/pip install helm-python-sdk==0.2.2 kubernetes-validate==1.37.0)",
-        py.display()
-    );
-    py
-}
-
-/// The chart rendered with `values` (JSON merged over values.yaml): YAML text.
-fn render(values: &str) -> Result<String, String> {
-    let out = Command::new(python())
-        .arg(root().join("scripts/deploy-check/render.py"))
-        .arg(root().join("deploy/helm/fleetbench"))
-        .args(["--set-json", values])
-        .output()
-        .expect("run render.py");
-    if out.status.success() {
-        Ok(String::from_utf8(out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-/// The validator's verdict on a YAML stream: (success, its output).
-fn validate(yaml: &str) -> (bool, String) {
-    let dir = root().join("scripts/deploy-check");
-    assert!(
-        dir.join("node_modules/kubernetes-models").exists(),
-        "scripts/deploy-check/node_modules missing: scripts/test.sh runs `npm ci` there"
-    );
-    let mut child = Command::new("node")
-        .arg("validate.mjs")
-        .current_dir(&dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("node");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-/// `kubernetes-validate --strict` on a YAML stream for Kubernetes `version`: (success, output).
-/// It knows the built-in kinds only (cert-manager and prometheus-operator: `validate`).
-fn validate_strict(yaml: &str, version: &str) -> (bool, String) {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), yaml).unwrap();
-    let bin = python().with_file_name("kubernetes-validate");
-    let out = Command::new(&bin)
-        .args(["--strict", "--quiet", "--no-warn", "-k", version])
-        .arg(file.path())
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-/// kind -> name -> object.
-fn objects(yaml: &str) -> BTreeMap<String, BTreeMap<String, Value>> {
-    let mut out: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
-    for d in serde_norway::Deserializer::from_str(yaml) {
-        let v = Value::deserialize(d).unwrap();
-        if v.is_null() {
-            continue;
-        }
-        let kind = v["kind"].as_str().unwrap().to_string();
-        let name = v["metadata"]["name"].as_str().unwrap().to_string();
-        assert!(
-            out.entry(kind.clone())
-                .or_default()
-                .insert(name.clone(), v)
-                .is_none(),
-            "{kind} {name} rendered twice"
-        );
-    }
-    out
-}
-
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or_else(|| panic!("not a string: {v:?}"))
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_sequence()
-        .map(|q| q.iter().map(|x| s(x).to_string()).collect())
-        .unwrap_or_default()
-}
+use helm_render::*;
 
 const VARIANTS: [&str; 3] = [
     "{}",
@@ -477,6 +358,35 @@ fn certificates_controller_store_and_monitoring_hang_together() {
             .iter()
             .any(|p| s(&p["name"]) == sm_port)
     );
+    // /metrics is on the pod network: viewers only over HTTPS with the API's certificate, and
+    // the ServiceMonitor presents a viewer's client certificate and checks the server's name.
+    assert_eq!(cfg["metrics"]["auth"].as_str(), Some("viewer"));
+    assert_eq!(
+        secret_of(cfg["metrics"]["tls"]["cert"].as_str().unwrap()),
+        api_secret
+    );
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(s(&ep["scheme"]), "https");
+    let viewer = s(&ep["tlsConfig"]["cert"]["secret"]["name"]);
+    assert_eq!(s(&ep["tlsConfig"]["keySecret"]["name"]), viewer);
+    assert_eq!(s(&ep["tlsConfig"]["ca"]["secret"]["name"]), viewer);
+    assert_eq!(usages(viewer), vec!["client auth", "digital signature"]);
+    assert_eq!(
+        strings(&by_secret[viewer]["spec"]["subject"]["organizationalUnits"]),
+        vec!["viewer"]
+    );
+    assert!(
+        strings(&by_secret[&api_secret]["spec"]["dnsNames"])
+            .contains(&s(&ep["tlsConfig"]["serverName"]).to_string())
+    );
+    for p in ["startupProbe", "livenessProbe"] {
+        assert_eq!(
+            s(&ctl[p]["httpGet"]["path"]),
+            "/healthz",
+            "{p}: /metrics needs a viewer"
+        );
+        assert_eq!(s(&ctl[p]["httpGet"]["scheme"]), "HTTPS", "{p}");
+    }
     // Every dashboard as a ConfigMap for Grafana's sidecar, byte for byte.
     let mut n = 0;
     for e in std::fs::read_dir(root().join("dashboards")).unwrap() {

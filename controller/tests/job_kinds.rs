@@ -4,10 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use fleetbench_controller::ControllerConfig;
-use fleetbench_controller::metrics::Metrics;
 use fleetbench_proto::controllerpb::{
     GetJobRequest, JobKind, ListJobsRequest, SubmitJobRequest, controller_client::ControllerClient,
 };
@@ -69,14 +65,7 @@ async fn listed(c: &mut ControllerClient<Channel>, kind: JobKind) -> Vec<(String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_carry_their_kind_and_are_listed_by_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ControllerConfig::local(&format!(
-        "sqlite://{}",
-        dir.path().join("controller.db").display()
-    ));
-    cfg.heartbeat_interval = Duration::from_millis(300);
-    let ctl = fleetbench_controller::start(cfg, Metrics::new())
-        .await
-        .unwrap();
+    let ctl = common::start_local(common::local_config(dir.path(), &[])).await;
     let mut c = common::client(ctl.addr).await;
 
     // An older client sends no kind: a sweep.

@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use fleetbench_controller::{ControllerConfig, ControllerHandle, HostConfig, metrics::Metrics};
+use fleetbench_controller::{ControllerConfig, ControllerHandle};
 use fleetbench_proto::agentpb::{
     CrashClass, EngineState, GetEngineRequest, LevelOutcome, agent_client::AgentClient,
     engine_event,
@@ -23,21 +22,9 @@ async fn controller(
     agents: &[&Proc],
     edit: impl FnOnce(&mut ControllerConfig),
 ) -> ControllerHandle {
-    let mut cfg =
-        ControllerConfig::local(&format!("sqlite://{}", dir.join("controller.db").display()));
-    cfg.heartbeat_interval = Duration::from_millis(300);
-    cfg.hosts = agents
-        .iter()
-        .map(|a| HostConfig {
-            name: a.name.clone(),
-            address: a.addr.to_string(),
-            labels: BTreeMap::new(),
-        })
-        .collect();
+    let mut cfg = local_config(dir, agents);
     edit(&mut cfg);
-    fleetbench_controller::start(cfg, Metrics::new())
-        .await
-        .unwrap()
+    start_local(cfg).await
 }
 
 fn spec(name: &str, config_flags: &str, levels: &str, requests: u32) -> String {
@@ -239,7 +226,9 @@ async fn an_engine_that_cannot_start_is_a_classified_result() {
     assert_eq!(b_runs[0].state, RunState::EngineFailed as i32);
     assert_eq!(b_runs[0].crash.as_ref().unwrap().class(), CrashClass::Oom);
     let trials = ctl.store.trials(&id).await.unwrap();
-    assert_eq!(trials[1].state, TrialState::EngineFailed);
+    // Trials are in the job's (shuffled, blocked) order: find B's by name.
+    let b = trials.iter().find(|t| t.config_name == "B").unwrap();
+    assert_eq!(b.state, TrialState::EngineFailed);
     assert!(r.levels.iter().all(|l| l.config_name == "A"));
 
     // When no engine started at all, nothing was measured: the job fails and says why.
@@ -393,22 +382,8 @@ fn a_bad_config_exits_non_zero_before_binding() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_on_a_postgres_store() {
-    let base = std::env::var("FLEETBENCH_TEST_POSTGRES_URL").expect(
-        "FLEETBENCH_TEST_POSTGRES_URL is not set (scripts/test.sh starts PostgreSQL and sets it)",
-    );
-    let name = format!("fleetbench_jobs_{}", std::process::id());
-    let admin = fleetbench_controller::store::Store::open(&base)
-        .await
-        .unwrap();
-    admin
-        .execute_raw(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await
-        .unwrap();
-    admin
-        .execute_raw(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let url = format!("{}/{name}", base.rsplit_once('/').unwrap().0);
+    let db = TestDatabase::create("jobs").await;
+    let url = db.url.clone();
 
     let dir = tempfile::tempdir().unwrap();
     let a1 = spawn_agent(dir.path(), "p1", fleetbench_testkit::free_port());
@@ -429,8 +404,5 @@ async fn a_job_runs_on_a_postgres_store() {
     let hosts: std::collections::BTreeSet<_> = r.runs.iter().map(|r| r.host.as_str()).collect();
     assert_eq!(hosts.len(), 2, "both hosts ran trials: {hosts:?}");
     ctl.shutdown().await;
-    admin
-        .execute_raw(&format!("DROP DATABASE {name}"))
-        .await
-        .unwrap();
+    db.remove().await;
 }

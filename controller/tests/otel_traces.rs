@@ -195,7 +195,26 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
         .into_inner();
     assert!(resp.errors.is_empty(), "{:?}", resp.errors);
     assert_eq!(resp.trial_count, 3);
+    // A host's GPU and engine gauges leave /metrics when its trial's telemetry stops: the
+    // scrape side of the name check reads what /metrics served while the job ran.
+    let served_types =
+        std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let scraper = {
+        let (metrics, served) = (handle.metrics.clone(), served_types.clone());
+        tokio::spawn(async move {
+            loop {
+                let text = metrics.render_prometheus();
+                served.lock().unwrap().extend(
+                    text.lines()
+                        .filter(|l| l.starts_with("# TYPE "))
+                        .map(str::to_string),
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     let job = common::wait_job(&mut client, &resp.job_id, Duration::from_secs(180)).await;
+    scraper.abort();
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
 
     // A P2P probe through the controller's agent client, inside a span of this process: the
@@ -218,7 +237,11 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
     drop(probe_span);
     assert!(report.pairs.is_empty() || report.unavailable_reason.is_empty());
 
-    let exposition = handle.metrics.render_prometheus();
+    let mut exposition = handle.metrics.render_prometheus();
+    for line in served_types.lock().unwrap().iter() {
+        exposition.push_str(line);
+        exposition.push('\n');
+    }
     handle.shutdown().await;
     agent.terminate(); // the agent flushes its spans as it exits
     drop(guard); // spans, then metrics

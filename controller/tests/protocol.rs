@@ -8,27 +8,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use fleetbench_controller::{ControllerConfig, ControllerHandle, HostConfig, metrics::Metrics};
+use fleetbench_controller::ControllerHandle;
 use fleetbench_proto::controllerpb::{
     GetResultsRequest, GetResultsResponse, JobState, StoredLevel, SubmitJobRequest,
     controller_client::ControllerClient,
 };
 
 async fn controller(dir: &std::path::Path, agents: &[&Proc]) -> ControllerHandle {
-    let mut cfg =
-        ControllerConfig::local(&format!("sqlite://{}", dir.join("controller.db").display()));
-    cfg.heartbeat_interval = Duration::from_millis(300);
-    cfg.hosts = agents
-        .iter()
-        .map(|a| HostConfig {
-            name: a.name.clone(),
-            address: a.addr.to_string(),
-            labels: BTreeMap::new(),
-        })
-        .collect();
-    fleetbench_controller::start(cfg, Metrics::new())
-        .await
-        .unwrap()
+    start_local(local_config(dir, agents)).await
 }
 
 /// Submits `spec`, waits for it to succeed, and returns what was stored.
@@ -178,8 +165,9 @@ requests = 200
         );
         assert_eq!(res.sent, 200, "{res:?}");
         assert_eq!(res.completed + res.failed, res.sent);
-        // Binomial(200, 0.2): sd 0.028; ±0.09 is more than 3 sd.
-        assert!((0.11..=0.29).contains(&res.error_rate), "{res:?}");
+        // Binomial(200, 0.2): 14 to 66 failures (0.07..=0.33) holds but for a chance of 5e-6
+        // per level; the 22 to 58 of before failed one run in 300.
+        assert!((0.07..=0.33).contains(&res.error_rate), "{res:?}");
         assert_eq!(res.failures_by_kind.get("http_500"), Some(&res.failed));
         let left = res.left_out.unwrap();
         assert_eq!(

@@ -4,23 +4,17 @@
 mod regress_common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use fleetbench_testkit::output_text as text;
 
 fn fleetbench(dir: &Path, args: &[&str]) -> Output {
-    Command::new(fleetbench_testkit::workspace_bin("fleetbench"))
+    fleetbench_testkit::fleetbench_cli()
         .args(args)
         .args(["--data-dir", dir.join("data").to_str().unwrap()])
         .current_dir(dir)
         .output()
         .expect("run fleetbench")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The suite history table (store migration 2) on both backends: records round-trip, a
 //! record can be replaced, and runs come back newest first per suite.
 
+mod common;
+
 use fleetbench_controller::store::{Store, SuiteRun};
 
 fn run(job: &str, suite: &str, passed: bool, at: i64) -> SuiteRun {
@@ -46,20 +48,7 @@ async fn suite_history_sqlite() {
 
 #[tokio::test]
 async fn suite_history_postgres() {
-    let base = std::env::var("FLEETBENCH_TEST_POSTGRES_URL").expect(
-        "FLEETBENCH_TEST_POSTGRES_URL is not set: the history must also run against \
-         PostgreSQL (scripts/test.sh starts one and sets it)",
-    );
-    let name = format!("fleetbench_history_{}", std::process::id());
-    let admin = Store::open(&base).await.expect("the test PostgreSQL");
-    admin
-        .execute_raw(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let (prefix, _) = base.rsplit_once('/').expect("url has a database");
-    history(&format!("{prefix}/{name}")).await;
-    admin
-        .execute_raw(&format!("DROP DATABASE {name}"))
-        .await
-        .unwrap();
+    let db = common::TestDatabase::create("history").await;
+    history(&db.url).await;
+    db.remove().await;
 }

@@ -8,6 +8,8 @@ mod regress_common;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use fleetbench_testkit::output_text as text;
+
 use fleetbench_proto::controllerpb::{
     JobKind, ListSuiteRunsRequest, RecordSuiteRunRequest, SuiteRun,
 };
@@ -27,14 +29,6 @@ async fn regress(dir: &Path, url: &str, suite: &str) -> Output {
     })
     .await
     .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The job id the CLI printed: `suite detect: run - (job ID), baseline: …`.

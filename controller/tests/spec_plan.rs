@@ -98,7 +98,10 @@ fn extends_inherits_overrides_and_switches_off() {
 
 #[test]
 fn interleaved_trials_measure_every_config_before_any_twice() {
-    let spec = ab();
+    let mut spec = ab();
+    // Blocked is the default; an explicit interleaved order is the fixed round robin.
+    assert_eq!(spec.order, Order::Blocked { seed: None });
+    spec.order = Order::Interleaved;
     let t = |config, workload, repeat| TrialPlan {
         config,
         workload,
@@ -180,7 +183,12 @@ fn a_blocked_order_shuffles_each_block_reproducibly() {
         text.contains("load.slo.itl_ms") && text.contains("tpot_ms") && text.contains("itl_p99_ms"),
         "{text}"
     );
-    let err = blocked("order_seed = 3").unwrap_err();
+    // Blocked is the default, so a seed alone pins it.
+    assert_eq!(
+        blocked("order_seed = 3").unwrap().order,
+        Order::Blocked { seed: Some(3) }
+    );
+    let err = blocked("order = \"interleaved\"\norder_seed = 3").unwrap_err();
     assert!(
         err[0]
             .to_string()

@@ -323,3 +323,41 @@ mod props {
         }
     }
 }
+
+#[test]
+fn bad_target() {
+    let got = errors_of("bad_target.toml");
+    // Never the secret as written.
+    assert!(
+        got.iter().all(|e| !e.contains("sk-live-123456")),
+        "{got:#?}"
+    );
+    assert_errors(
+        "bad_target.toml",
+        &[
+            "bad_target.toml:7: configs[0].target.url: \"ftp://gw.example\" is not an http:// or https:// URL",
+            "bad_target.toml:8: configs[0].target.api_key: a secret is written as a reference the agent resolves, \"env:NAME\" (A-Z, 0-9, _) or \"file:/absolute/path\", never as a value (the value given is not repeated here)",
+            "bad_target.toml:9: configs[0].target.headers.Authorization: Authorization carries a secret: give it as api_key or under secret_headers, by reference",
+            "bad_target.toml:10: configs[0].target.secret_headers.\"X-Token\": a secret is written as a reference the agent resolves, \"env:NAME\" (A-Z, 0-9, _) or \"file:/absolute/path\", never as a value (the value given is not repeated here)",
+            "bad_target.toml:11: configs[0].target.metrics[0]: \"https://gw.example/metrics\" is not an http:// URL (engine metrics are scraped over http://)",
+            "bad_target.toml:17: configs[1].flags.\"--disable-log-requests\": deprecated by engine vllm: use --no-enable-log-requests (request logging is off by default)",
+        ],
+    );
+}
+
+#[test]
+fn bad_target_rules() {
+    assert_errors(
+        "bad_target_job.toml",
+        &[
+            "bad_target_job.toml:3: configs[0].flags: a config with a target starts no engine, so it takes no flags (the endpoint is configured where it runs)",
+        ],
+    );
+    assert_errors(
+        "bad_target_hosts.toml",
+        &[
+            "bad_target_hosts.toml: hosts.names: config \"gw\" is an external target: name the agent hosts that drive its load (hosts.names), so the load never comes from an arbitrary GPU host",
+            "bad_target_hosts.toml: load.reset_cache: config \"gw\" is an external target, whose cache fleetbench cannot empty",
+        ],
+    );
+}

@@ -1,6 +1,8 @@
 //! The store suite, run against SQLite (a temp file) and a real PostgreSQL
 //! (`FLEETBENCH_TEST_POSTGRES_URL`, set by scripts/test.sh; required, never skipped).
 
+mod common;
+
 use fleetbench_controller::store::{NewJob, RegisteredAgent, Store, StoreError, TrialRow};
 use fleetbench_proto::agentpb::{self, LevelOutcome, LevelResult};
 use fleetbench_proto::controllerpb::{
@@ -70,6 +72,7 @@ fn level(t: &TrialRow, run_id: &str, index: u32, outcome: LevelOutcome, tps: f64
             ..Default::default()
         }),
         gpu_power_w: None,
+        lease_epoch: 0,
     }
 }
 
@@ -295,25 +298,9 @@ async fn store_suite_sqlite() {
 
 #[tokio::test]
 async fn store_suite_postgres() {
-    let base = std::env::var("FLEETBENCH_TEST_POSTGRES_URL").expect(
-        "FLEETBENCH_TEST_POSTGRES_URL is not set: the store suite must also run against \
-         PostgreSQL (scripts/test.sh starts one and sets it)",
-    );
-    // A fresh database per run, so the migrations run from nothing and runs never collide.
-    let name = format!("fleetbench_store_{}", uuid_like());
-    let admin = Store::open(&base)
-        .await
-        .expect("connect to the test PostgreSQL");
-    admin
-        .execute_raw(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let (prefix, _) = base.rsplit_once('/').expect("url has a database");
-    suite(&format!("{prefix}/{name}")).await;
-    admin
-        .execute_raw(&format!("DROP DATABASE {name}"))
-        .await
-        .unwrap();
+    let db = common::TestDatabase::create("store").await;
+    suite(&db.url).await;
+    db.remove().await;
 }
 
 #[tokio::test]
@@ -325,15 +312,4 @@ async fn bad_urls_are_refused_by_name() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
-}
-
-fn uuid_like() -> String {
-    format!(
-        "{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
 }

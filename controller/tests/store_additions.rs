@@ -4,6 +4,8 @@
 //! SQLite is a temp file; PostgreSQL is `FLEETBENCH_TEST_POSTGRES_URL` (set by
 //! scripts/test.sh; required, never skipped), a fresh database per run.
 
+mod common;
+
 use std::future::Future;
 
 use fleetbench_controller::spec::Slo;
@@ -222,13 +224,46 @@ async fn upgrade_from_v2(url: String) {
             .await
             .unwrap()
     );
-    // Back to what version 2 left: no power column, migration 3 not applied.
+    // Back to what version 2 left: no power column, neither migration 3 nor 7 applied (7's
+    // views read the column; its figure columns and latency rows go too).
+    for view in [
+        "fleetbench_regression_runs",
+        "fleetbench_suite_runs",
+        "fleetbench_compare_levels",
+        "fleetbench_level_results",
+        "fleetbench_jobs",
+    ] {
+        store
+            .execute_raw(&format!("DROP VIEW IF EXISTS {view}"))
+            .await
+            .unwrap();
+    }
     store
-        .execute_raw("ALTER TABLE levels DROP COLUMN gpu_power_w")
+        .execute_raw("DROP TABLE level_latencies")
         .await
         .unwrap();
+    for column in [
+        "gpu_power_w",
+        "host",
+        "concurrency",
+        "request_rate",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        "requests_per_s",
+        "goodput_per_s",
+        "completed",
+        "failed",
+        "duration_s",
+        "crash_class",
+        "figures",
+    ] {
+        store
+            .execute_raw(&format!("ALTER TABLE levels DROP COLUMN {column}"))
+            .await
+            .unwrap();
+    }
     store
-        .execute_raw("DELETE FROM _sqlx_migrations WHERE version = 3")
+        .execute_raw("DELETE FROM _sqlx_migrations WHERE version IN (3, 7)")
         .await
         .unwrap();
     store.close().await;
@@ -321,26 +356,9 @@ async fn sqlite_url<F: Future<Output = ()>>(check: impl FnOnce(String) -> F) {
 
 /// Runs `check` with the URL of a fresh PostgreSQL database, dropped afterwards.
 async fn postgres_url<F: Future<Output = ()>>(what: &str, check: impl FnOnce(String) -> F) {
-    let base = std::env::var("FLEETBENCH_TEST_POSTGRES_URL").expect(
-        "FLEETBENCH_TEST_POSTGRES_URL is not set: the store additions must also run against \
-         PostgreSQL (scripts/test.sh starts one and sets it)",
-    );
-    let name = format!("fleetbench_{what}_{}", std::process::id());
-    let admin = Store::open(&base).await.expect("the test PostgreSQL");
-    admin
-        .execute_raw(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await
-        .unwrap();
-    admin
-        .execute_raw(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let (prefix, _) = base.rsplit_once('/').expect("url has a database");
-    check(format!("{prefix}/{name}")).await;
-    admin
-        .execute_raw(&format!("DROP DATABASE {name}"))
-        .await
-        .unwrap();
+    let db = common::TestDatabase::create(what).await;
+    check(db.url.clone()).await;
+    db.remove().await;
 }
 
 async fn on_sqlite<F: Future<Output = ()>>(check: impl FnOnce(Store) -> F) {

@@ -39,6 +39,8 @@ pub struct KindDefaults {
     pub fixed_args: Vec<String>,
     /// HTTP path that answers 200 once the engine serves.
     pub health_path: &'static str,
+    /// Environment every run of the kind gets (a profile's own `env` may override it).
+    pub env: &'static [(&'static str, &'static str)],
     /// Prometheus exposition path.
     pub metrics_path: &'static str,
     pub stop_signal: StopSignal,
@@ -67,7 +69,13 @@ pub fn defaults(kind: EngineKind) -> KindDefaults {
                 "{port}",
                 "--enable-metrics",
             ]),
+            // SGLang's /health answers 503 until the server is up (after its warm-up), which
+            // is the readiness wanted; but by default it then submits a one-token generation
+            // per probe, which lands in the measured batch. With this variable false (SGLang
+            // 0.5.23's environ.py) it answers from the server's state alone. /model_info and
+            // /v1/models never generate, but answer before the warm-up request has run.
             health_path: "/health",
+            env: &[("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "false")],
             metrics_path: "/metrics",
             stop_signal: StopSignal::Sigterm,
             grace_s: 30,
@@ -78,6 +86,7 @@ pub fn defaults(kind: EngineKind) -> KindDefaults {
             program: "vllm",
             fixed_args: args(&["serve", "{model}", "--host", "{host}", "--port", "{port}"]),
             health_path: "/health",
+            env: &[],
             metrics_path: "/metrics",
             stop_signal: StopSignal::Sigterm,
             grace_s: 30,
@@ -96,6 +105,7 @@ pub fn defaults(kind: EngineKind) -> KindDefaults {
                 "--metrics",
             ]),
             health_path: "/health",
+            env: &[],
             metrics_path: "/metrics",
             stop_signal: StopSignal::Sigterm,
             grace_s: 10,
@@ -107,6 +117,7 @@ pub fn defaults(kind: EngineKind) -> KindDefaults {
             program: "fleetbench-sim",
             fixed_args: args(&["--host", "{host}", "--port", "{port}", "--model", "{model}"]),
             health_path: "/health",
+            env: &[],
             metrics_path: "/metrics",
             stop_signal: StopSignal::Sigterm,
             grace_s: 5,
@@ -117,6 +128,7 @@ pub fn defaults(kind: EngineKind) -> KindDefaults {
             program: "",
             fixed_args: Vec::new(),
             health_path: "/health",
+            env: &[],
             metrics_path: "/metrics",
             stop_signal: StopSignal::Sigterm,
             grace_s: 10,

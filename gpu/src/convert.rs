@@ -42,6 +42,9 @@ impl From<&GpuSampleData> for agentpb::GpuSample {
             pcie_rx_bytes_per_s: s.pcie_rx_bytes_per_s,
             nvlink_tx_bytes_per_s: s.nvlink_tx_bytes_per_s,
             nvlink_rx_bytes_per_s: s.nvlink_rx_bytes_per_s,
+            clocks_throttle_reasons: s.clocks_throttle_reasons,
+            xid_errors: s.xid_errors,
+            last_xid: s.last_xid,
         }
     }
 }

@@ -22,10 +22,22 @@ struct LinkState {
     nvlink_rx_bytes_per_s: Option<f64>,
 }
 
+/// Critical XID errors of one GPU seen by the watcher.
+#[derive(Debug, Clone, Copy, Default)]
+struct XidState {
+    watched: bool,
+    count: u64,
+    last: Option<u64>,
+}
+
+/// How long one wait of the XID watcher blocks (and how late the last clone's drop may end it).
+const XID_WAIT_MS: u32 = 1000;
+
 struct Inner {
     source: Option<Box<dyn GpuSource>>,
     reason: Option<String>,
     links: Mutex<Vec<LinkState>>,
+    xids: Mutex<Vec<XidState>>,
     sampler_started: AtomicBool,
 }
 
@@ -61,6 +73,7 @@ impl Gpus {
                 source: None,
                 reason: Some(reason.into()),
                 links: Mutex::new(Vec::new()),
+                xids: Mutex::new(Vec::new()),
                 sampler_started: AtomicBool::new(false),
             }),
         }
@@ -73,6 +86,7 @@ impl Gpus {
                 source: Some(source),
                 reason: None,
                 links: Mutex::new(vec![LinkState::default(); n]),
+                xids: Mutex::new(vec![XidState::default(); n]),
                 sampler_started: AtomicBool::new(false),
             }),
         }
@@ -124,6 +138,12 @@ impl Gpus {
             .lock()
             .map(|l| l.clone())
             .unwrap_or_default();
+        let xids = self
+            .inner
+            .xids
+            .lock()
+            .map(|x| x.clone())
+            .unwrap_or_default();
         (0..src.device_count())
             .map(|i| {
                 let mut s = src.sample_fast(i);
@@ -135,6 +155,10 @@ impl Gpus {
                     s.nvlink_tx_bytes_per_s = l.nvlink_tx_bytes_per_s;
                     s.nvlink_rx_bytes_per_s = l.nvlink_rx_bytes_per_s;
                     s.energy_mj = l.counters.energy_mj;
+                }
+                if let Some(x) = xids.get(i as usize).filter(|x| x.watched) {
+                    s.xid_errors = Some(x.count);
+                    s.last_xid = x.last;
                 }
                 s
             })
@@ -173,7 +197,53 @@ impl Gpus {
         if spawned.is_err() {
             // Without the thread samples simply carry no link rates; try again next call.
             self.inner.sampler_started.store(false, Ordering::Release);
+            return;
         }
+        self.start_xid_watcher();
+    }
+
+    /// Registers for XID events and starts the thread that counts them; a host that cannot
+    /// watch them (no support, no permission) reports no XID count rather than a false 0.
+    fn start_xid_watcher(&self) {
+        let Some(src) = self.source() else { return };
+        let watched = src.xid_watch();
+        if watched.is_empty() {
+            return;
+        }
+        if let Ok(mut x) = self.inner.xids.lock() {
+            for i in watched {
+                if x.len() <= i as usize {
+                    x.resize(i as usize + 1, XidState::default());
+                }
+                x[i as usize].watched = true;
+            }
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let _ = std::thread::Builder::new()
+            .name("fleetbench-gpu-xid".into())
+            .spawn(move || xid_watcher(weak));
+    }
+
+    /// One wait of the XID watcher, run inline (tests drive it without the thread).
+    #[cfg(test)]
+    pub(crate) fn watch_xids_once(&self) {
+        if let Some(src) = self.source()
+            && self
+                .inner
+                .xids
+                .lock()
+                .is_ok_and(|x| x.iter().all(|s| !s.watched))
+        {
+            let watched = src.xid_watch();
+            if let Ok(mut x) = self.inner.xids.lock() {
+                for i in watched {
+                    if let Some(s) = x.get_mut(i as usize) {
+                        s.watched = true;
+                    }
+                }
+            }
+        }
+        record_xids(&self.inner, 0);
     }
 
     /// One round of the link sampler, run inline (tests drive it without the thread).
@@ -189,6 +259,31 @@ fn link_sampler(weak: Weak<Inner>) {
         sample_links_round(&inner);
         drop(inner);
         std::thread::sleep(LINK_ROUND_PAUSE);
+    }
+}
+
+fn xid_watcher(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        record_xids(&inner, XID_WAIT_MS);
+    }
+}
+
+/// Waits up to `timeout_ms` for XID events and counts them per GPU.
+fn record_xids(inner: &Inner, timeout_ms: u32) {
+    let Some(src) = inner.source.as_deref() else {
+        return;
+    };
+    let events = src.xid_events(timeout_ms);
+    if events.is_empty() {
+        return;
+    }
+    let Ok(mut x) = inner.xids.lock() else { return };
+    for (i, code) in events {
+        if let Some(s) = x.get_mut(i as usize).filter(|s| s.watched) {
+            s.count += 1;
+            s.last = Some(code);
+        }
     }
 }
 

@@ -196,3 +196,78 @@ fn init_reports_gpus_or_a_reason() {
         None => assert_eq!(g.facts().len() as u32, g.count()),
     }
 }
+
+/// One GPU that can watch XID events and one that cannot; events come from a script.
+struct XidScript {
+    events: Arc<Mutex<Vec<(u32, u64)>>>,
+}
+
+impl GpuSource for XidScript {
+    fn driver_versions(&self) -> (String, String) {
+        (String::new(), String::new())
+    }
+    fn device_count(&self) -> u32 {
+        2
+    }
+    fn facts(&self, index: u32) -> Result<GpuInfo, String> {
+        Err(format!("GPU {index}: not needed"))
+    }
+    fn sample_fast(&self, index: u32) -> GpuSampleData {
+        GpuSampleData {
+            index,
+            // HW slowdown (0x8) and SW power cap (0x4), as NVML reports them.
+            clocks_throttle_reasons: Some(0x8 | 0x4),
+            ..Default::default()
+        }
+    }
+    fn slow_counters(&self, _index: u32) -> SlowCounters {
+        SlowCounters::default()
+    }
+    fn processes(&self, _index: u32) -> Vec<GpuProcess> {
+        Vec::new()
+    }
+    fn pair_link(&self, _src: u32, _dst: u32) -> PairLink {
+        unreachable!("not used by these tests")
+    }
+    fn xid_watch(&self) -> Vec<u32> {
+        vec![0]
+    }
+    fn xid_events(&self, timeout_ms: u32) -> Vec<(u32, u64)> {
+        let out: Vec<(u32, u64)> = self.events.lock().expect("lock").drain(..).collect();
+        if out.is_empty() {
+            std::thread::sleep(Duration::from_millis(u64::from(timeout_ms.min(10))));
+        }
+        out
+    }
+}
+
+#[test]
+fn xid_errors_are_counted_per_watched_gpu_and_throttle_reasons_pass_through() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let g = Gpus::from_source(Box::new(XidScript {
+        events: events.clone(),
+    }));
+    let s = g.sample();
+    assert_eq!(s[0].clocks_throttle_reasons, Some(0xC));
+    g.watch_xids_once();
+    let s = g.sample();
+    assert_eq!(s[0].xid_errors, Some(0), "watched, none yet: a real zero");
+    assert_eq!(s[0].last_xid, None);
+    assert_eq!(s[1].xid_errors, None, "not watchable: no count, not zero");
+
+    // XID 79 (GPU fell off the bus) then 48 (double-bit ECC): both counted, the last kept; an
+    // event for the unwatched GPU is not counted.
+    events.lock().unwrap().extend([(0, 79), (1, 13), (0, 48)]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        g.watch_xids_once();
+        let s = g.sample();
+        if s[0].xid_errors == Some(2) {
+            assert_eq!(s[0].last_xid, Some(48));
+            assert_eq!(s[1].xid_errors, None);
+            break;
+        }
+        assert!(Instant::now() < deadline, "XIDs not counted: {s:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,11 +1,14 @@
 //! The real [`GpuSource`]: NVML through nvml-wrapper, loaded at run time.
 
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, P2pCapabilitiesIndex, P2pStatus, PcieUtilCounter, TemperatureSensor, TopologyLevel,
 };
 use nvml_wrapper::enum_wrappers::nv_link::IntDeviceType;
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::event::EventSet;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_NVLINK_GET_SPEED, NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON,
@@ -30,7 +33,16 @@ unsafe impl Send for Handle {}
 // SAFETY: as for Send; the token is never dereferenced by us.
 unsafe impl Sync for Handle {}
 
+/// NVML's event set of the XID watcher, kept as its raw handle: the wrapper borrows the `Nvml`
+/// it came from, which lives in the same struct.
+struct XidSet(nvml_wrapper_sys::bindings::nvmlEventSet_t);
+// SAFETY: an event set may be used from any one thread at a time; the Mutex around it ensures
+// that, and it is only freed in Drop.
+unsafe impl Send for XidSet {}
+
 pub(crate) struct NvmlSource {
+    /// Declared before `nvml`: freed while NVML is still loaded.
+    xid_set: std::sync::Mutex<Option<XidSet>>,
     nvml: Nvml,
     /// Looked up once: a lookup is a driver call, which costs far more in a VM.
     handles: Vec<Handle>,
@@ -55,6 +67,7 @@ impl NvmlSource {
                     handles.push(Handle(unsafe { d.handle() }));
                 }
                 Ok(NvmlSource {
+                    xid_set: std::sync::Mutex::new(None),
                     nvml,
                     handles,
                     uuids,
@@ -65,6 +78,12 @@ impl NvmlSource {
             )),
             Err(e) => Err(format!("NVML failed to initialise: {e}")),
         }
+    }
+
+    /// The XID event set as the wrapper type, not freed when dropped.
+    fn xid_set_wrapper(&self, raw: &XidSet) -> std::mem::ManuallyDrop<EventSet<'_>> {
+        // SAFETY: the handle came from this Nvml's create_event_set and is freed only in Drop.
+        std::mem::ManuallyDrop::new(unsafe { EventSet::new(raw.0, &self.nvml) })
     }
 
     fn device(&self, index: u32) -> Result<Device<'_>, String> {
@@ -301,6 +320,7 @@ impl GpuSource for NvmlSource {
             sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
             memory_clock_mhz: dev.clock_info(Clock::Memory).ok(),
             temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
+            clocks_throttle_reasons: dev.current_throttle_reasons().ok().map(|r| r.bits()),
             ..Default::default()
         }
     }
@@ -359,6 +379,70 @@ impl GpuSource for NvmlSource {
                 nvlink_totals(&self.nvml, &dev)
             }),
         ]);
+        out
+    }
+
+    fn xid_watch(&self) -> Vec<u32> {
+        let mut guard = self.xid_set.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_some() {
+            return Vec::new();
+        }
+        let Ok(mut set) = self.nvml.create_event_set() else {
+            return Vec::new();
+        };
+        let mut watched = Vec::new();
+        for i in 0..self.device_count() {
+            let Ok(dev) = self.device(i) else { continue };
+            let supported = dev
+                .supported_event_types()
+                .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR));
+            if !supported {
+                continue;
+            }
+            match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(s) => {
+                    set = s;
+                    watched.push(i);
+                }
+                // The set was freed on failure: start again with a new one for the others.
+                Err(_) => match self.nvml.create_event_set() {
+                    Ok(s) => set = s,
+                    Err(_) => return Vec::new(),
+                },
+            }
+        }
+        if watched.is_empty() {
+            let _ = set.release_events();
+            return Vec::new();
+        }
+        // SAFETY: the raw handle is kept and freed exactly once, in Drop.
+        *guard = Some(XidSet(unsafe { set.handle() }));
+        std::mem::forget(set);
+        watched
+    }
+
+    fn xid_events(&self, timeout_ms: u32) -> Vec<(u32, u64)> {
+        let guard = self.xid_set.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(raw) = guard.as_ref() else {
+            return Vec::new();
+        };
+        let set = self.xid_set_wrapper(raw);
+        let mut out = Vec::new();
+        let mut wait = timeout_ms;
+        // The first wait blocks; then whatever is already queued, without waiting.
+        while out.len() < 64 {
+            let Ok(ev) = set.wait(wait) else { break };
+            if let Some(xid) = ev.event_data {
+                let code = match xid {
+                    XidError::Value(v) => v,
+                    XidError::Unknown => 999,
+                };
+                if let Ok(i) = ev.device.index() {
+                    out.push((i, code));
+                }
+            }
+            wait = 0;
+        }
         out
     }
 
@@ -460,5 +544,14 @@ impl GpuSource for NvmlSource {
                 .unwrap_or(0.0);
         }
         link
+    }
+}
+
+impl Drop for NvmlSource {
+    fn drop(&mut self) {
+        if let Some(raw) = self.xid_set.get_mut().ok().and_then(Option::take) {
+            let set = std::mem::ManuallyDrop::into_inner(self.xid_set_wrapper(&raw));
+            let _ = set.release_events();
+        }
     }
 }

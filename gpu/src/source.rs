@@ -34,6 +34,15 @@ pub(crate) trait GpuSource: Send + Sync {
     fn call_costs(&self, _index: u32) -> Vec<(&'static str, f64)> {
         Vec::new()
     }
+    /// Starts watching critical XID error events; returns the indices of the GPUs watched
+    /// (none: this host cannot watch them, and samples carry no XID count).
+    fn xid_watch(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    /// Blocks up to `timeout_ms` for XID events; `(GPU index, XID code)` of those that came.
+    fn xid_events(&self, _timeout_ms: u32) -> Vec<(u32, u64)> {
+        Vec::new()
+    }
     /// NVML's view of the path from `src` to `dst`.
     fn pair_link(&self, src: u32, dst: u32) -> PairLink;
 }

@@ -41,6 +41,12 @@ pub struct GpuSampleData {
     pub pcie_rx_bytes_per_s: Option<f64>,
     pub nvlink_tx_bytes_per_s: Option<f64>,
     pub nvlink_rx_bytes_per_s: Option<f64>,
+    /// NVML's clocks event (throttle) reasons bitmask; 0: not throttled.
+    pub clocks_throttle_reasons: Option<u64>,
+    /// Critical XID errors seen since watching began; `None` where they cannot be watched.
+    pub xid_errors: Option<u64>,
+    /// The last XID error's code.
+    pub last_xid: Option<u64>,
 }
 
 /// A process that holds memory on a GPU.

@@ -36,3 +36,11 @@ pub use level::BURST_FACTOR;
 pub use report::{BenchReport, LeftOut, LevelOutcome, LevelReport, Progress, RequestRecord};
 pub use runner::{Runner, Shaping};
 pub use stats::{Stats, percentile_key};
+
+/// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`, off in every build of the
+/// binaries): the SSE scanner stays crate-private, and this is the one door to it.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::sse::fuzz_one as sse;
+}

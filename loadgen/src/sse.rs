@@ -160,6 +160,42 @@ impl SseScanner {
     }
 }
 
+/// One fuzz input: the first byte picks up to eight cut points, the rest is the stream. Fed
+/// whole and fed in pieces it must give the same events, and the kept partial line never
+/// passes [`MAX_LINE`]. Panics (the fuzzer's finding) when either fails.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_one(data: &[u8]) {
+    let Some((&n, rest)) = data.split_first() else {
+        return;
+    };
+    let cuts = usize::from(n % 8).min(rest.len());
+    let (cut_bytes, stream) = rest.split_at(cuts);
+    let collect = |points: &[usize]| {
+        let mut s = SseScanner::default();
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &p in points.iter().chain(std::iter::once(&stream.len())) {
+            s.feed(&stream[at..p], |ev, raw| {
+                out.push((ev, raw.to_vec()));
+                true
+            });
+            assert!(s.partial.len() <= MAX_LINE, "partial line over the cap");
+            at = p;
+        }
+        out
+    };
+    let mut points: Vec<usize> = cut_bytes
+        .iter()
+        .map(|&c| usize::from(c) * stream.len() / 255)
+        .collect();
+    points.sort_unstable();
+    assert_eq!(
+        collect(&[]),
+        collect(&points),
+        "events depend on chunk boundaries"
+    );
+}
+
 impl Keys {
     fn analyze(&self, p: &[u8]) -> Event {
         let mut ev = Event::default();

@@ -6,79 +6,22 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use fleetbench_testkit::servers::LlamaServer;
 
 use common::config;
 use fleetbench_loadgen::{Api, Level, LevelOutcome, Runner};
 use tokio_util::sync::CancellationToken;
 
-/// The server and where its log goes (shown when an assertion fails: a request that never
-/// finishes is then told apart as the server's or the client's).
-struct Llama(Child, tempfile::NamedTempFile);
-
-impl Llama {
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.1.path()).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(60)..].join("\n")
-    }
-}
-
-impl Drop for Llama {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn health(port: u16) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.starts_with("HTTP/1.1 200")
-}
+/// The server (its log tail is shown when an assertion fails: a request that never finishes
+/// is then told apart as the server's or the client's).
+type Llama = LlamaServer;
 
 fn start_llama() -> (Llama, String) {
-    let ll = fleetbench_testkit::llama_cpp();
-    let port = fleetbench_testkit::free_port();
-    let log = tempfile::NamedTempFile::new().expect("log file");
-    let child = Command::new(&ll.server)
-        .arg("-m")
-        .arg(&ll.model)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "-c",
-            "2048",
-            "-np",
-            "2",
-            "--metrics",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log.reopen().expect("log file"))
-        .spawn()
-        .expect("spawn llama-server");
-    let guard = Llama(child, log);
-    let t = Instant::now();
-    while !health(port) {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "llama-server not healthy within 120 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    (guard, format!("http://127.0.0.1:{port}"))
+    let server = LlamaServer::start(&["--metrics"], None);
+    let url = server.url();
+    (server, url)
 }
 
 /// A counter of llama-server's `/metrics`.

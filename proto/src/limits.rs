@@ -47,6 +47,10 @@ pub const MAX_FLAGS: usize = 256;
 pub const MAX_SKIP_LEVELS: usize = 64;
 /// Bytes of a name, model, path or other short string.
 pub const MAX_NAME_LEN: usize = 1_024;
+/// The keep-alive interval a `WatchEngine` caller may ask for, milliseconds; 0 asks for
+/// [`DEFAULT_KEEPALIVE_MS`].
+pub const KEEPALIVE_MS: (u32, u32) = (100, 600_000);
+pub const DEFAULT_KEEPALIVE_MS: u32 = 1_000;
 
 /// `Err("must be between A and B, got V")` when `v` is outside `[lo, hi]`.
 pub fn check_u32(v: u32, (lo, hi): (u32, u32)) -> Result<(), String> {

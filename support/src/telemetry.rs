@@ -115,6 +115,31 @@ pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
     init_with_env(config, &|k| std::env::var(k).ok())
 }
 
+/// An OTLP exporter of either signal (`SpanExporter`, `MetricExporter`: their builders share no
+/// trait) for `export`'s protocol: gRPC with its metadata and TLS, or HTTP/protobuf with its
+/// headers and a client on `runtime`.
+macro_rules! otlp_exporter {
+    ($kind:path, $export:expr, $runtime:expr) => {{
+        let export = $export;
+        match export.protocol {
+            Protocol::Grpc => <$kind>::builder()
+                .with_tonic()
+                .with_endpoint(export.endpoint.clone())
+                .with_metadata(metadata(export)?)
+                .with_tls_config(grpc_tls(export))
+                .build(),
+            Protocol::HttpProtobuf => <$kind>::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(export.endpoint.clone())
+                .with_headers(export.headers.iter().cloned().collect())
+                .with_http_client(http_client(export, $runtime.handle())?)
+                .build(),
+        }
+        .map_err(|e| exporter_error(&export.endpoint, e))?
+    }};
+}
+
 /// [`init`] with the `OTEL_*` variables read through `env` instead of the process environment
 /// (for embedding, and for tests that must not change their process's environment).
 pub fn init_with_env(
@@ -143,22 +168,7 @@ pub fn init_with_env(
             // tonic's lazy channel spawns its worker on the ambient runtime: make it ours.
             let _entered = runtime.enter();
             if let Some(export) = &endpoints.traces {
-                let exporter = match export.protocol {
-                    Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
-                        .with_tonic()
-                        .with_endpoint(export.endpoint.clone())
-                        .with_metadata(metadata(export)?)
-                        .with_tls_config(grpc_tls(export))
-                        .build(),
-                    Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-                        .with_http()
-                        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                        .with_endpoint(export.endpoint.clone())
-                        .with_headers(export.headers.iter().cloned().collect())
-                        .with_http_client(http_client(export, runtime.handle())?)
-                        .build(),
-                }
-                .map_err(|e| exporter_error(&export.endpoint, e))?;
+                let exporter = otlp_exporter!(opentelemetry_otlp::SpanExporter, export, runtime);
                 guard.tracer_provider = Some(
                     SdkTracerProvider::builder()
                         .with_resource(resource.clone())
@@ -167,22 +177,7 @@ pub fn init_with_env(
                 );
             }
             if let Some(export) = &endpoints.metrics {
-                let exporter = match export.protocol {
-                    Protocol::Grpc => opentelemetry_otlp::MetricExporter::builder()
-                        .with_tonic()
-                        .with_endpoint(export.endpoint.clone())
-                        .with_metadata(metadata(export)?)
-                        .with_tls_config(grpc_tls(export))
-                        .build(),
-                    Protocol::HttpProtobuf => opentelemetry_otlp::MetricExporter::builder()
-                        .with_http()
-                        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                        .with_endpoint(export.endpoint.clone())
-                        .with_headers(export.headers.iter().cloned().collect())
-                        .with_http_client(http_client(export, runtime.handle())?)
-                        .build(),
-                }
-                .map_err(|e| exporter_error(&export.endpoint, e))?;
+                let exporter = otlp_exporter!(opentelemetry_otlp::MetricExporter, export, runtime);
                 guard.meter_provider = Some(
                     SdkMeterProvider::builder()
                         .with_resource(resource)

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod process;
+pub mod servers;
 
 /// The directory that holds the workspace binaries of the profile the tests were built with.
 pub fn bin_dir() -> PathBuf {
@@ -34,6 +35,24 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The `fleetbench` CLI, blind to the caller's `FLEETBENCH_CONTROLLER` and `FLEETBENCH_TOKEN`
+/// (a test names its controller, or runs the embedded one).
+pub fn fleetbench_cli() -> std::process::Command {
+    let mut c = std::process::Command::new(workspace_bin("fleetbench"));
+    c.env_remove("FLEETBENCH_CONTROLLER")
+        .env_remove("FLEETBENCH_TOKEN");
+    c
+}
+
+/// A finished command's stdout, then its stderr: for assertion messages.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// The repository root (where `Cargo.toml` of the workspace is).

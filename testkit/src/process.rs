@@ -151,7 +151,10 @@ impl Launch {
         };
         Listening {
             child,
+            // Servers print a bare address; the simulator prints a URL.
             addr: addr
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
                 .parse()
                 .unwrap_or_else(|e| panic!("{} printed address {addr:?}: {e}", self.bin)),
             name: self.name,

@@ -95,6 +95,50 @@ async fn connect(c: &Connection) -> Result<AgentClient<Channel>> {
     Ok(AgentClient::new(channel).max_decoding_message_size(64 * 1024 * 1024))
 }
 
+/// How long an operator's lease lasts: agentctl does not renew it, and releases it when done;
+/// if agentctl dies first, the agent ends it (and stops the engine) after this.
+const OPERATOR_LEASE_TTL_MS: u32 = 600_000;
+
+/// With --take-lease: takes the engine's lease from its holder (saying whose it was), and
+/// returns its epoch.
+async fn take_lease(
+    client: &mut AgentClient<Channel>,
+    t: &args::TakeLease,
+    what: &str,
+) -> Result<Option<u64>> {
+    if !t.take_lease {
+        return Ok(None);
+    }
+    let before = client
+        .get_engine(agentpb::GetEngineRequest {})
+        .await?
+        .into_inner();
+    let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let lease = client
+        .acquire_lease(agentpb::AcquireLeaseRequest {
+            owner: format!("fleetbench-agentctl ({user})"),
+            job_id: String::new(),
+            trial_id: String::new(),
+            ttl_ms: OPERATOR_LEASE_TTL_MS,
+            take: true,
+            reason: if t.lease_reason.is_empty() {
+                format!("fleetbench-agentctl {what}")
+            } else {
+                t.lease_reason.clone()
+            },
+        })
+        .await?
+        .into_inner();
+    match before.lease {
+        Some(old) => eprintln!(
+            "took the lease from {} (job {:?} trial {:?}, epoch {}): now epoch {}",
+            old.owner, old.job_id, old.trial_id, old.epoch, lease.epoch
+        ),
+        None => eprintln!("took the lease (no one held it): epoch {}", lease.epoch),
+    }
+    Ok(Some(lease.epoch))
+}
+
 async fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let mut client = connect(&cli.conn).await?;
     let ok = std::process::ExitCode::SUCCESS;
@@ -107,7 +151,9 @@ async fn run(cli: Cli) -> Result<std::process::ExitCode> {
             print::host(&h, json);
         }
         Command::Apply(a) => {
-            let request = a.request()?;
+            let mut request = a.request()?;
+            let lease = take_lease(&mut client, &a.lease, "apply").await?;
+            request.lease_epoch = lease.unwrap_or(0);
             let mut stream = client.apply_engine(request).await?.into_inner();
             let mut failed = false;
             let mut ready = false;
@@ -119,6 +165,15 @@ async fn run(cli: Cli) -> Result<std::process::ExitCode> {
                     _ => {}
                 }
             }
+            if let Some(epoch) = lease {
+                // The engine stays up, unleased, as an operator's engine did before leases.
+                client
+                    .release_lease(agentpb::ReleaseLeaseRequest {
+                        epoch,
+                        keep_engine: true,
+                    })
+                    .await?;
+            }
             if failed || !ready {
                 if !ready && !failed {
                     eprintln!("the event stream ended before the engine was ready");
@@ -126,19 +181,48 @@ async fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 return Ok(std::process::ExitCode::from(1));
             }
         }
-        Command::Stop { json } => {
+        Command::Stop { lease, json } => {
+            let epoch = take_lease(&mut client, &lease, "stop").await?;
             let s = client
-                .stop_engine(agentpb::StopEngineRequest {})
+                .stop_engine(agentpb::StopEngineRequest {
+                    lease_epoch: epoch.unwrap_or(0),
+                })
                 .await?
                 .into_inner();
+            if let Some(epoch) = epoch {
+                client
+                    .release_lease(agentpb::ReleaseLeaseRequest {
+                        epoch,
+                        keep_engine: true,
+                    })
+                    .await?;
+            }
             print::status(&s, json);
         }
-        Command::Engine { json } => {
+        Command::Engine { json, watch: false } => {
             let s = client
                 .get_engine(agentpb::GetEngineRequest {})
                 .await?
                 .into_inner();
             print::status(&s, json);
+        }
+        Command::Engine { json, watch: true } => {
+            // Keep-alives are not printed; they only keep the stream (and its proxies) open.
+            let mut stream = client
+                .watch_engine(agentpb::WatchEngineRequest {
+                    keepalive_ms: 10_000,
+                })
+                .await?
+                .into_inner();
+            while let Some(ev) = stream.message().await? {
+                if let Some(agentpb::engine_watch_event::Event::Status(s)) = ev.event {
+                    print::status(&s, json);
+                    if !json {
+                        println!();
+                    }
+                    std::io::Write::flush(&mut std::io::stdout())?;
+                }
+            }
         }
         Command::Logs { follow, tail, json } => {
             let mut stream = client

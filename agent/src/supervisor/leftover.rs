@@ -6,6 +6,11 @@
 //! memory and its port. So the agent notes the running engine's process group in its data
 //! directory, and the next agent on that directory ends whatever is left of that group before
 //! it serves: the same SIGTERM, grace, SIGKILL as any stop.
+//!
+//! Workers that left the group (`setsid`, as some launchers do for their children) are not
+//! found by the group id, so while the engine runs the supervisor adds each such worker to the
+//! note (pid and start time, one a line), and the next agent stops those too, with their own
+//! descendants.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +44,21 @@ pub fn record(data_dir: &Path, pgid: u32) {
     }
 }
 
+/// Notes the members of a running engine that left its group (`strays`: pid, start time), after
+/// the group's own line; an empty list leaves the group's line alone.
+pub fn record_strays(data_dir: &Path, pgid: u32, strays: &[(i32, u64)]) {
+    let Some(stat) = read_stat(pgid as i32) else {
+        return;
+    };
+    let mut text = format!("{pgid} {}\n", stat.start_ticks);
+    for (pid, start) in strays {
+        text.push_str(&format!("{pid} {start}\n"));
+    }
+    if let Err(e) = std::fs::write(note_path(data_dir), text) {
+        tracing::warn!(error = %e, "could not note the engine's detached workers");
+    }
+}
+
 /// Forgets the note once the engine's group has been stopped.
 pub fn clear(data_dir: &Path) {
     let _ = std::fs::remove_file(note_path(data_dir));
@@ -65,14 +85,22 @@ pub async fn reclaim(data_dir: &Path) -> Option<Reclaimed> {
 async fn reclaim_within(data_dir: &Path, grace: Duration) -> Option<Reclaimed> {
     let text = std::fs::read_to_string(note_path(data_dir)).ok()?;
     clear(data_dir);
-    let mut fields = text.split_whitespace().map(str::parse::<u64>);
-    let (Some(Ok(pgid)), Some(Ok(start_ticks))) = (fields.next(), fields.next()) else {
+    let pair = |line: &str| {
+        let mut f = line.split_whitespace().map(str::parse::<u64>);
+        match (f.next(), f.next()) {
+            (Some(Ok(pid)), Some(Ok(start))) => i32::try_from(pid).ok().map(|p| (p, start)),
+            _ => None,
+        }
+    };
+    let mut lines = text.lines();
+    let Some((pgid, start_ticks)) = lines.next().and_then(pair) else {
         tracing::warn!(file = %note_path(data_dir).display(), "unreadable engine note ignored");
         return None;
     };
     let mut group = Leftover {
-        pgid: i32::try_from(pgid).ok()?,
+        pgid,
         leader_start: start_ticks,
+        strays: lines.filter_map(pair).collect(),
     };
     let processes = group.members().len();
     if processes == 0 {
@@ -103,6 +131,8 @@ async fn reclaim_within(data_dir: &Path, grace: Duration) -> Option<Reclaimed> {
 struct Leftover {
     pgid: i32,
     leader_start: u64,
+    /// Workers that had left the group (pid, start time).
+    strays: Vec<(i32, u64)>,
 }
 
 impl Leftover {
@@ -113,22 +143,49 @@ impl Leftover {
     fn members(&self) -> Vec<ProcStat> {
         let own = std::process::id() as i32;
         let all = scan_all();
-        if all
+        let reused = all
             .iter()
-            .any(|p| p.pid == self.pgid && p.start_ticks != self.leader_start)
-        {
-            return Vec::new();
+            .any(|p| p.pid == self.pgid && p.start_ticks != self.leader_start);
+        let live = |p: &ProcStat| p.pid != own && p.state != 'Z' && p.state != 'X';
+        // A stray is known by its pid and start time (a reused pid is someone else's).
+        let mut members: Vec<ProcStat> = all
+            .iter()
+            .filter(|p| {
+                live(p)
+                    && ((!reused && p.pgrp == self.pgid)
+                        || self.strays.contains(&(p.pid, p.start_ticks)))
+            })
+            .copied()
+            .collect();
+        // The strays' own children, to a fixed point.
+        loop {
+            let before = members.len();
+            for p in &all {
+                if live(p)
+                    && !members.iter().any(|m| m.pid == p.pid)
+                    && members
+                        .iter()
+                        .any(|m| m.pid == p.ppid && m.pgrp != self.pgid)
+                {
+                    members.push(*p);
+                }
+            }
+            if members.len() == before {
+                break;
+            }
         }
-        all.into_iter()
-            .filter(|p| p.pid != own && p.pgrp == self.pgid && p.state != 'Z' && p.state != 'X')
-            .collect()
+        members
     }
 }
 
 impl GroupOps for Leftover {
     fn send(&mut self, sig: Signal) {
-        if !self.members().is_empty() {
-            let _ = killpg(Pid::from_raw(self.pgid), sig);
+        for p in self.members() {
+            if p.pgrp == self.pgid {
+                let _ = killpg(Pid::from_raw(self.pgid), sig);
+            } else {
+                let _ = nix::sys::signal::kill(Pid::from_raw(p.pid), sig);
+            }
         }
     }
 
@@ -174,14 +231,34 @@ mod tests {
             "a reused pid was signalled"
         );
 
+        // A worker that left the group (setsid), noted while the engine ran.
+        let mut stray = std::process::Command::new("setsid")
+            .args(["bash", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
+            .spawn()
+            .unwrap();
+        let stray_pid = stray.id() as i32;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let stray_stat = loop {
+            // setsid(1) forks when it is a group leader; here it is not, so the pid stays.
+            if let Some(s) = read_stat(stray_pid).filter(|s| s.pgrp == stray_pid) {
+                break s;
+            }
+            assert!(std::time::Instant::now() < deadline, "setsid did not take");
+            std::thread::sleep(Duration::from_millis(20));
+        };
         record(dir.path(), pid);
+        record_strays(dir.path(), pid, &[(stray_pid, stray_stat.start_ticks)]);
         let grace = Duration::from_millis(300);
         let r = reclaim_within(dir.path(), grace)
             .await
             .expect("the noted group is found");
         assert_eq!(r.pgid, pid as i32);
-        assert!(r.processes >= 1 && r.killed && r.gone, "{r:?}");
+        assert!(r.processes >= 2 && r.killed && r.gone, "{r:?}");
         assert!(child.wait().unwrap().code().is_none(), "ended by a signal");
+        assert!(
+            stray.wait().unwrap().code().is_none(),
+            "the detached worker was ended too"
+        );
         assert!(!dir.path().join(NOTE).exists());
     }
 }

@@ -22,6 +22,10 @@ pub use logs::LogHub;
 use crate::http::HttpClient;
 use crate::profile::LaunchPlan;
 
+/// Events buffered for one ApplyEngine stream. The supervisor never waits on a reader: past
+/// this many unread events, progress events are dropped (and counted), see `task::send`.
+pub(crate) const EVENT_BUFFER: usize = 256;
+
 /// The engine as last published by the supervisor.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -58,6 +62,9 @@ impl Default for Snapshot {
 impl Snapshot {
     pub fn to_status(&self) -> EngineStatus {
         EngineStatus {
+            // The lease is the service's to add (see `crate::lease`).
+            lease: None,
+            lease_note: String::new(),
             state: self.state as i32,
             spec: self.plan.as_ref().map(|p| p.spec.clone()),
             config_id: self
@@ -89,6 +96,9 @@ pub(crate) enum Command {
     Apply {
         plan: Box<LaunchPlan>,
         run_id: String,
+        /// The lease epoch the apply was checked under (0: none): the engine starts only if it
+        /// still holds when the supervisor gets to it.
+        epoch: u64,
         events: mpsc::Sender<EngineEvent>,
         /// The request's span: the supervisor's `engine.apply` span is its child, so it sits
         /// in the caller's trace.
@@ -126,26 +136,36 @@ pub struct SupervisorGone;
 
 impl Supervisor {
     /// Starts the supervisor task.
-    pub fn start(cfg: SupervisorConfig, gpus: Gpus, http: HttpClient) -> Supervisor {
+    /// `lease` is the live lease's epoch (0: none), see [`crate::lease`].
+    pub fn start(
+        cfg: SupervisorConfig,
+        gpus: Gpus,
+        http: HttpClient,
+        lease: watch::Receiver<u64>,
+    ) -> Supervisor {
         let (tx, rx) = mpsc::channel(16);
         let (state_tx, state) = watch::channel(Snapshot::default());
         let logs = LogHub::new(cfg.log_ring_lines);
-        tokio::spawn(task::Task::new(cfg, rx, state_tx, logs.clone(), gpus, http).run());
+        tokio::spawn(task::Task::new(cfg, rx, state_tx, logs.clone(), gpus, http, lease).run());
         Supervisor { tx, state, logs }
     }
 
     /// Stops what runs and starts `plan`; lifecycle events stream on the returned receiver,
     /// which closes when the engine is ready, has failed, or this apply was superseded.
+    /// `epoch` is the caller's lease epoch (0: none), already checked: the engine starts only
+    /// if it still holds when the supervisor gets to the command.
     pub async fn apply(
         &self,
         plan: LaunchPlan,
         run_id: String,
+        epoch: u64,
     ) -> Result<mpsc::Receiver<EngineEvent>, SupervisorGone> {
-        let (events, rx) = mpsc::channel(256);
+        let (events, rx) = mpsc::channel(EVENT_BUFFER);
         self.tx
             .send(Command::Apply {
                 plan: Box::new(plan),
                 run_id,
+                epoch,
                 events,
                 span: tracing::Span::current(),
             })

@@ -39,6 +39,12 @@ pub fn spawn(
     run_log.write(LogStream::Stdout, &format!("# argv: {:?}", plan.argv));
 
     let mut cmd = tokio::process::Command::new(&plan.argv[0]);
+    if let Some(c) = &plan.run_as {
+        // The engine user's own HOME and names, not root's (unless the profile sets them).
+        cmd.env("HOME", &c.home)
+            .env("USER", &c.user)
+            .env("LOGNAME", &c.user);
+    }
     cmd.args(&plan.argv[1..])
         .envs(&plan.env)
         .stdin(Stdio::null())
@@ -47,10 +53,25 @@ pub fn spawn(
         .process_group(0)
         .kill_on_drop(false);
     let agent_pid = std::process::id() as libc::pid_t;
+    // Switched in the closure below rather than with Command::uid/gid: std switches before
+    // running pre_exec closures and has no stable way to set supplementary groups, which must
+    // be set while still root; the parent-death signal is set after the switch, which clears it.
+    let run_as = plan.run_as.as_ref().map(|c| {
+        let groups: Vec<libc::gid_t> = c.groups.iter().map(|&g| g as libc::gid_t).collect();
+        (c.uid as libc::uid_t, c.gid as libc::gid_t, groups)
+    });
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // functions (prctl, getppid, kill on itself).
+    // functions (setgroups, setresgid, setresuid, prctl, getppid, kill on itself) on memory
+    // allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            if let Some((uid, gid, groups)) = &run_as
+                && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setresgid(*gid, *gid, *gid) != 0
+                    || libc::setresuid(*uid, *uid, *uid) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
             // Backstop if the agent dies without stopping the engine: SIGTERM (which engines
             // handle by stopping their workers) rather than SIGKILL (which orphans them).
             // The signal fires when the forking *thread* ends: spawns happen on a tokio worker

@@ -127,6 +127,7 @@ pub async fn apply(
         .apply_engine(agentpb::ApplyEngineRequest {
             spec: Some(spec),
             run_id: String::new(),
+            ..Default::default()
         })
         .await?
         .into_inner();

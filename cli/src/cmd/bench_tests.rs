@@ -2,6 +2,7 @@
 //! `vllm bench serve`'s command lines are understood.
 
 use clap::Parser;
+use fleetbench_loadgen::{Bound, DatasetSpec};
 
 use super::*;
 

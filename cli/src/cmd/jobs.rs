@@ -16,7 +16,8 @@ use tonic::transport::{Channel, Endpoint};
 /// How to reach a controller.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ControllerArgs {
-    /// Controller API URL (`http://127.0.0.1:7070`, `https://ctl:7070`).
+    /// Controller API URL (`http://127.0.0.1:7070`, `https://ctl:7070`); several, comma
+    /// separated, for controllers sharing one store: the leader among them is used.
     #[arg(long, env = "FLEETBENCH_CONTROLLER")]
     pub controller: Option<String>,
     /// Bearer token for the controller's API.
@@ -59,8 +60,79 @@ impl ControllerArgs {
     }
 }
 
-/// Connects to the controller at `url` with the token and TLS material of `args`.
+/// The metadata key under which a standby controller names the leader's URL.
+const LEADER_KEY: &str = "fleetbench-leader";
+
+/// Connects to the controller at `url` (or to the leader among several comma-separated URLs)
+/// with the token and TLS material of `args`. A standby answers every call UNAVAILABLE with
+/// the leader's URL; the client then goes there, so one standby's address is enough too.
 pub async fn connect(url: &str, args: &ControllerArgs) -> anyhow::Result<Client> {
+    let mut candidates: Vec<String> = url
+        .split(',')
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if candidates.len() <= 1 && !url.contains(',') {
+        // One address: connect, and follow a standby's pointer to the leader if it has one.
+        let mut c = connect_one(url, args).await?;
+        if let Some(leader) = standby_pointer(&mut c).await?
+            && leader != url
+        {
+            eprintln!("{url} is a standby; using the leader at {leader}");
+            return connect_one(&leader, args).await;
+        }
+        return Ok(c);
+    }
+    let mut problems = Vec::new();
+    let mut i = 0;
+    while i < candidates.len() && i < 8 {
+        let u = candidates[i].clone();
+        i += 1;
+        let mut c = match connect_one(&u, args).await {
+            Ok(c) => c,
+            Err(e) => {
+                problems.push(format!("{u}: {e:#}"));
+                continue;
+            }
+        };
+        match standby_pointer(&mut c).await {
+            Ok(None) => return Ok(c),
+            Ok(Some(leader)) => {
+                problems.push(format!("{u}: a standby (leader: {leader})"));
+                if !candidates.contains(&leader) {
+                    candidates.push(leader);
+                }
+            }
+            Err(e) => problems.push(format!("{u}: {e:#}")),
+        }
+    }
+    anyhow::bail!(
+        "no leading controller among --controller {url}:\n  {}",
+        problems.join("\n  ")
+    )
+}
+
+/// `Some(leader URL)` when this controller is a standby that names its leader; an error when
+/// it does not lead and names none (starting, or the leader unknown).
+async fn standby_pointer(c: &mut Client) -> anyhow::Result<Option<String>> {
+    // ListAgents: answered from memory, so a leader whose store is failing still answers.
+    match c
+        .list_agents(fleetbench_proto::controllerpb::ListAgentsRequest {})
+        .await
+    {
+        Err(s) if s.code() == tonic::Code::Unavailable => {
+            match s.metadata().get(LEADER_KEY).and_then(|v| v.to_str().ok()) {
+                Some(l) if !l.is_empty() => Ok(Some(l.to_string())),
+                _ => anyhow::bail!("{}", s.message()),
+            }
+        }
+        // Anything else (an answer, a refusal of this caller) comes from a leader.
+        _ => Ok(None),
+    }
+}
+
+/// Connects to one controller URL.
+async fn connect_one(url: &str, args: &ControllerArgs) -> anyhow::Result<Client> {
     let mut ep = Endpoint::from_shared(url.to_string())
         .with_context(|| format!("--controller {url:?} is not a URL"))?
         .connect_timeout(std::time::Duration::from_secs(5));

@@ -228,7 +228,10 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                         bars.trials_done += 1;
                         bars.job_message();
                     }
-                    TrialState::EngineFailed | TrialState::HostLost | TrialState::Cancelled => {
+                    TrialState::EngineFailed
+                    | TrialState::HostLost
+                    | TrialState::Interrupted
+                    | TrialState::Cancelled => {
                         bars.line(format!(
                             "  {:<12} {:<16} trial {} #{} attempt {}: {}: {}",
                             t.host,

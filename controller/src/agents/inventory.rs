@@ -1,15 +1,25 @@
 //! The inventory: hosts from the config file and self-registered agents, their facts and labels
 //! (from `GetHost`), health from heartbeats, and the leases that keep one engine per host.
+//!
+//! The heartbeat is one `WatchEngine` stream per host (its task: [`Inventory::heartbeat_loop`]
+//! starts one per host while this controller leads): the agent pushes its engine's status on
+//! every change and a keep-alive every `heartbeat_interval`; a host whose stream breaks, or
+//! sends nothing for `heartbeat_interval` plus the slack a polled beat had (its time-out,
+//! `max(heartbeat_interval, 2 s)`), is unreachable until a new stream is up. The facts
+//! (`GetHost`: GPUs, profiles, labels) are read when a stream (re)connects and every
+//! [`FACTS_EVERY`] intervals. An agent without `WatchEngine` (UNIMPLEMENTED) is polled as
+//! before: `GetEngine` every interval. Cost per host: docs/controller.md, Scale.
+
+mod heartbeat;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fleetbench_proto::agentpb::{GetHostRequest, HostFacts};
+use fleetbench_proto::agentpb::HostFacts;
 use fleetbench_proto::controllerpb::{AgentHealth, AgentInfo};
-use fleetbench_proto::now_unix_ms;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{Notify, watch};
 
 use super::client::{AgentClient, AgentConnector, ClientError};
 
@@ -29,7 +39,17 @@ struct Host {
     current_config_id: String,
     last_seen_unix_ms: i64,
     error: String,
+    /// Which record of this name a heartbeat task speaks for: a host re-added at another
+    /// address gets a new one, and the old address's task ends.
+    generation: u64,
+    /// A heartbeat task runs for this record.
+    watched: bool,
 }
+
+/// The heartbeat reads the host's facts (`GetHost`: GPUs, profiles, labels) when its stream
+/// (re)connects and every this many intervals: facts rarely change, and reading them costs
+/// the agent a system and NVML scan.
+const FACTS_EVERY: u32 = 30;
 
 impl Host {
     fn health(&self) -> AgentHealth {
@@ -64,11 +84,27 @@ pub struct HostSnapshot {
     pub health: AgentHealth,
 }
 
-/// A host held by one trial; give it back with [`Inventory::release`].
-#[derive(Debug, Clone)]
+/// A host held by one trial: a guard that gives the host back when dropped, however its
+/// holder ends (done, failed, cancelled, aborted or panicked).
+#[derive(Debug)]
 pub struct Lease {
     pub host: String,
     pub client: AgentClient,
+    inventory: Arc<Inventory>,
+}
+
+impl Lease {
+    /// The host stopped answering: it is marked unreachable before the lease lets go of it, so
+    /// no other trial takes it until a heartbeat brings it back.
+    pub fn lost(self, error: &str) {
+        self.inventory.mark_unreachable(&self.host, error);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.inventory.release(&self.host);
+    }
 }
 
 /// The hosts the controller knows.
@@ -79,6 +115,11 @@ pub struct Inventory {
     heartbeat: Duration,
     /// Bumped on every change a waiting scheduler may care about (a host freed, back, added).
     changed: watch::Sender<u64>,
+    /// Wakes the heartbeat loop to start a task for a host just added.
+    added: Notify,
+    generations: AtomicU64,
+    /// A heartbeat loop runs (this controller leads).
+    beating: AtomicBool,
 }
 
 impl Inventory {
@@ -88,6 +129,9 @@ impl Inventory {
             connector,
             heartbeat,
             changed: watch::channel(0).0,
+            added: Notify::new(),
+            generations: AtomicU64::new(0),
+            beating: AtomicBool::new(false),
         })
     }
 
@@ -106,7 +150,7 @@ impl Inventory {
     }
 
     /// Adds or updates a host (`source`: "config" or "registered"). Its facts arrive with the
-    /// first heartbeat, which is sent at once.
+    /// first heartbeat, which starts at once (or, while no heartbeat loop runs, one `GetHost`).
     pub fn add(
         self: &Arc<Self>,
         name: &str,
@@ -115,11 +159,15 @@ impl Inventory {
         source: &'static str,
     ) -> Result<(), ClientError> {
         let client = self.connector.client(address)?;
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         {
             let mut hosts = self.hosts.lock().expect("inventory lock");
             match hosts.get_mut(name) {
                 Some(h) if h.address == address => {
                     h.labels = labels;
+                    drop(hosts);
+                    self.bump();
+                    return Ok(());
                 }
                 _ => {
                     let busy_job = hosts.get(name).and_then(|h| h.busy_job.clone());
@@ -138,14 +186,20 @@ impl Inventory {
                             current_config_id: String::new(),
                             last_seen_unix_ms: 0,
                             error: "not contacted yet".into(),
+                            generation,
+                            watched: false,
                         },
                     );
                 }
             }
         }
-        let me = self.clone();
-        let name = name.to_string();
-        tokio::spawn(async move { me.beat_one(&name).await });
+        if self.beating.load(Ordering::Acquire) {
+            self.added.notify_one();
+        } else {
+            let me = self.clone();
+            let name = name.to_string();
+            tokio::spawn(async move { me.read_facts(&name, generation).await });
+        }
         Ok(())
     }
 
@@ -182,6 +236,16 @@ impl Inventory {
         hosts.values().map(info_of).collect()
     }
 
+    /// The names of the hosts that are unreachable now.
+    pub fn unreachable(&self) -> Vec<String> {
+        let hosts = self.hosts.lock().expect("inventory lock");
+        hosts
+            .values()
+            .filter(|h| !h.reachable)
+            .map(|h| h.name.clone())
+            .collect()
+    }
+
     /// Hosts whose facts are known, with their health.
     pub fn snapshots(&self) -> Vec<HostSnapshot> {
         let hosts = self.hosts.lock().expect("inventory lock");
@@ -199,7 +263,11 @@ impl Inventory {
     }
 
     /// Takes the first ready host (by name) that `fits`, for `job_id`.
-    pub fn acquire(&self, job_id: &str, fits: impl Fn(&HostSnapshot) -> bool) -> Option<Lease> {
+    pub fn acquire(
+        self: &Arc<Self>,
+        job_id: &str,
+        fits: impl Fn(&HostSnapshot) -> bool,
+    ) -> Option<Lease> {
         let mut hosts = self.hosts.lock().expect("inventory lock");
         for h in hosts.values_mut() {
             if h.health() != AgentHealth::Ready {
@@ -219,6 +287,7 @@ impl Inventory {
                 return Some(Lease {
                     host: h.name.clone(),
                     client: h.client.clone(),
+                    inventory: self.clone(),
                 });
             }
         }
@@ -239,8 +308,8 @@ impl Inventory {
         }
     }
 
-    /// Gives a host back.
-    pub fn release(&self, name: &str) {
+    /// Gives a host back (a [`Lease`] does when dropped).
+    fn release(&self, name: &str) {
         {
             let mut hosts = self.hosts.lock().expect("inventory lock");
             if let Some(h) = hosts.get_mut(name) {
@@ -259,58 +328,6 @@ impl Inventory {
             h.error = error.to_string();
         }
     }
-
-    async fn beat_one(&self, name: &str) {
-        let Some(mut client) = self.client(name) else {
-            return;
-        };
-        let timeout = self.heartbeat.max(Duration::from_secs(2));
-        let result = tokio::time::timeout(timeout, client.get_host(GetHostRequest {})).await;
-        let changed = {
-            let mut hosts = self.hosts.lock().expect("inventory lock");
-            let Some(h) = hosts.get_mut(name) else { return };
-            let was = h.reachable;
-            match result {
-                Ok(Ok(facts)) => {
-                    h.facts = Some(facts.into_inner());
-                    h.reachable = true;
-                    h.error.clear();
-                    h.last_seen_unix_ms = now_unix_ms();
-                }
-                Ok(Err(status)) => {
-                    h.reachable = false;
-                    h.error = format!("GetHost: {}", status.message());
-                }
-                Err(_) => {
-                    h.reachable = false;
-                    h.error = format!("GetHost: no answer within {timeout:?}");
-                }
-            }
-            (was != h.reachable).then_some(h.reachable)
-        };
-        if let Some(reachable) = changed {
-            tracing::info!(host = name, reachable, "agent health changed");
-            self.bump();
-        }
-    }
-
-    /// Heartbeats every host at the configured interval until `cancel`.
-    pub async fn heartbeat_loop(self: Arc<Self>, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(self.heartbeat);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let names: Vec<String> = {
-                let hosts = self.hosts.lock().expect("inventory lock");
-                hosts.keys().cloned().collect()
-            };
-            let beats = names.iter().map(|n| self.beat_one(n));
-            futures::future::join_all(beats).await;
-        }
-    }
 }
 
 fn info_of(h: &Host) -> AgentInfo {
@@ -325,5 +342,82 @@ fn info_of(h: &Host) -> AgentInfo {
         current_job_id: h.busy_job.clone().unwrap_or_default(),
         error: h.error.clone(),
         source: h.source.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An inventory with one ready host `h1` (no agent behind it: nothing here calls it).
+    fn one_ready_host() -> Arc<Inventory> {
+        let inv = Inventory::new(AgentConnector::new(None), Duration::from_secs(3600));
+        let client = inv.connector.client("127.0.0.1:9").unwrap();
+        inv.hosts.lock().unwrap().insert(
+            "h1".into(),
+            Host {
+                name: "h1".into(),
+                address: "127.0.0.1:9".into(),
+                labels: BTreeMap::new(),
+                source: "config",
+                client,
+                facts: Some(HostFacts::default()),
+                reachable: true,
+                draining: false,
+                busy_job: None,
+                current_config_id: String::new(),
+                last_seen_unix_ms: 0,
+                error: String::new(),
+                generation: 0,
+                watched: false,
+            },
+        );
+        inv
+    }
+
+    fn health(inv: &Inventory) -> i32 {
+        inv.list()[0].health
+    }
+
+    #[tokio::test]
+    async fn a_panicked_trial_gives_its_host_back() {
+        let inv = one_ready_host();
+        let lease = inv.acquire("j1", |_| true).expect("h1 is ready");
+        assert_eq!(health(&inv), AgentHealth::Busy as i32);
+        assert!(inv.acquire("j2", |_| true).is_none(), "h1 is held");
+        // A trial task that panics while it holds the lease, as run_job spawns them.
+        let mut set = tokio::task::JoinSet::new();
+        set.spawn(async move {
+            let _held = lease;
+            tokio::task::yield_now().await;
+            panic!("a bug in a trial");
+        });
+        let joined = set.join_next().await.unwrap();
+        assert!(joined.unwrap_err().is_panic());
+        assert_eq!(health(&inv), AgentHealth::Ready as i32);
+        assert!(inv.acquire("j2", |_| true).is_some(), "h1 is free again");
+    }
+
+    #[tokio::test]
+    async fn an_aborted_trial_gives_its_host_back_and_a_lost_one_marks_it_unreachable() {
+        let inv = one_ready_host();
+        // A job dropping its trials' JoinSet (a store error ended it) aborts them.
+        let lease = inv.acquire("j1", |_| true).unwrap();
+        let mut set = tokio::task::JoinSet::new();
+        set.spawn(async move {
+            let _held = lease;
+            std::future::pending::<()>().await;
+        });
+        tokio::task::yield_now().await;
+        drop(set);
+        tokio::task::yield_now().await;
+        assert_eq!(health(&inv), AgentHealth::Ready as i32);
+        // A host lost mid-trial is not handed out again before a heartbeat brings it back.
+        inv.acquire("j1", |_| true)
+            .unwrap()
+            .lost("GetHost: connection refused");
+        assert_eq!(health(&inv), AgentHealth::Unreachable as i32);
+        assert!(inv.acquire("j2", |_| true).is_none());
+        assert!(inv.list()[0].current_job_id.is_empty());
     }
 }

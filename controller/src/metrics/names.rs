@@ -7,6 +7,9 @@
 //! becomes a suffix (`s` → `_seconds`, `By` → `_bytes`, `{token}/s` → `_per_second`, a gauge
 //! with unit `1` → `_ratio`), monotonic sums end in `_total`.
 
+mod host;
+pub use host::*;
+
 /// Instrument kind, as OpenTelemetry and Prometheus see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -60,6 +63,17 @@ pub mod attr {
     pub const ERROR_TYPE: &str = "error.type";
     pub const CRASH_CLASS: &str = "fleetbench.crash.class";
     pub const GPU_INDEX: &str = "fleetbench.gpu.index";
+    /// One NVML clocks event reason (`sw_power_cap`, `hw_slowdown`, ...).
+    pub const THROTTLE_REASON: &str = "fleetbench.gpu.throttle_reason";
+    // dcgm-exporter's label names, on every GPU series so that they join its series
+    // (`* on (UUID) group_left DCGM_FI_DEV_...`).
+    /// The GPU's UUID (`GPU-…`), as dcgm-exporter's `UUID`.
+    pub const DCGM_UUID: &str = "UUID";
+    /// The GPU's index on its host, as dcgm-exporter's `gpu`.
+    pub const DCGM_GPU: &str = "gpu";
+    /// The host's name as dcgm-exporter's `Hostname` (the agent's OS host name, or
+    /// dcgm-exporter's own label when the figures come from it).
+    pub const DCGM_HOSTNAME: &str = "Hostname";
     pub const SUITE: &str = "fleetbench.suite";
     pub const METRIC: &str = "fleetbench.metric";
     /// A regression check's load level, as the suite names it (`c64`, `r2.5`).
@@ -109,6 +123,11 @@ pub const JOBS_SUBMITTED: MetricDesc = counter(
     "fleetbench.jobs.submitted",
     "{job}",
     "Jobs accepted, by kind.",
+);
+pub const TELEMETRY_DROPPED: MetricDesc = counter(
+    "fleetbench.telemetry.dropped",
+    "{point}",
+    "Telemetry points relayed from agents but not stored: the store fell behind.",
 );
 pub const JOBS_FINISHED: MetricDesc = counter(
     "fleetbench.jobs.finished",
@@ -236,74 +255,6 @@ pub const CLIENT_TPOC: MetricDesc = MetricDesc {
     buckets: LATENCY_BUCKETS,
 };
 
-// --- GPU telemetry relayed from agents, hardware semantic conventions -----------------------
-pub const GPU_UTILIZATION: MetricDesc = gauge(
-    "hw.gpu.utilization",
-    "1",
-    "GPU utilisation (0..1), from NVML.",
-);
-pub const GPU_MEMORY_UTILIZATION: MetricDesc = gauge(
-    "hw.gpu.memory.utilization",
-    "1",
-    "GPU memory controller utilisation (0..1).",
-);
-pub const GPU_MEMORY_USAGE: MetricDesc = gauge("hw.gpu.memory.usage", "By", "GPU memory in use.");
-pub const GPU_MEMORY_LIMIT: MetricDesc = gauge("hw.gpu.memory.limit", "By", "GPU memory in total.");
-pub const GPU_POWER: MetricDesc = gauge("hw.power", "W", "GPU power draw.");
-pub const GPU_ENERGY: MetricDesc = counter(
-    "hw.energy",
-    "J",
-    "GPU energy consumed since the driver loaded.",
-);
-pub const GPU_TEMPERATURE: MetricDesc = gauge("hw.temperature", "Cel", "GPU temperature.");
-pub const GPU_PCIE_THROUGHPUT: MetricDesc = gauge(
-    "fleetbench.gpu.pcie.throughput",
-    "By/s",
-    "PCIe traffic of a GPU, by network.io.direction.",
-);
-pub const GPU_NVLINK_THROUGHPUT: MetricDesc = gauge(
-    "fleetbench.gpu.nvlink.throughput",
-    "By/s",
-    "NVLink traffic of a GPU, by network.io.direction.",
-);
-
-// --- engine metrics relayed from agents -------------------------------------------------------
-pub const ENGINE_RUNNING: MetricDesc = gauge(
-    "fleetbench.engine.running_requests",
-    "{request}",
-    "Requests the engine is running, from its /metrics.",
-);
-pub const ENGINE_QUEUED: MetricDesc = gauge(
-    "fleetbench.engine.queued_requests",
-    "{request}",
-    "Requests waiting in the engine's queue, from its /metrics.",
-);
-pub const ENGINE_KV_CACHE: MetricDesc = gauge(
-    "fleetbench.engine.kv_cache.usage",
-    "1",
-    "Fraction of the engine's KV cache in use.",
-);
-pub const ENGINE_GENERATION: MetricDesc = gauge(
-    "fleetbench.engine.generation_throughput",
-    "{token}/s",
-    "Generation tokens per second the engine reports.",
-);
-pub const ENGINE_PROCESS_CPU: MetricDesc = gauge(
-    "fleetbench.engine.process.cpu.utilization",
-    "1",
-    "CPU use of the engine's process group (1 = one core).",
-);
-pub const ENGINE_PROCESS_MEMORY: MetricDesc = gauge(
-    "fleetbench.engine.process.memory.usage",
-    "By",
-    "Resident memory of the engine's process group.",
-);
-pub const HOST_CONFIG: MetricDesc = gauge(
-    "fleetbench.host.config",
-    "",
-    "1 for the config each host's engine runs now (one series per host).",
-);
-
 // --- regression suites ------------------------------------------------------------------------
 pub const REGRESSION_VERDICTS: MetricDesc = counter(
     "fleetbench.regression.verdicts",
@@ -333,13 +284,37 @@ pub const REGRESSION_CHANGE_POINT: MetricDesc = gauge(
      the Unix time (ms) of the first run at the new level (for Grafana annotations).",
 );
 
-/// Every metric, in the order `/metrics` lists them.
-pub const ALL: &[&MetricDesc] = &[
+/// The controller's own metrics: not about one job or one host.
+pub const CONTROLLER: &[&MetricDesc] = &[
     &JOBS_SUBMITTED,
     &JOBS_FINISHED,
+    &TELEMETRY_DROPPED,
     &TRIALS,
-    &LEVELS,
     &CRASHES,
+];
+
+/// A regression suite's verdicts and history.
+pub const REGRESSION: &[&MetricDesc] = &[
+    &REGRESSION_VERDICTS,
+    &REGRESSION_REGRESSED,
+    &REGRESSION_CURRENT,
+    &REGRESSION_BASELINE,
+    &REGRESSION_CHANGE_POINT,
+];
+
+/// Every metric by group, in the order `/metrics` lists them.
+pub const ALL: &[&[&MetricDesc]] = &[CONTROLLER, PER_JOB, PER_HOST, REGRESSION];
+
+/// Every metric, one by one.
+pub fn all() -> impl Iterator<Item = &'static MetricDesc> {
+    ALL.iter().flat_map(|group| group.iter().copied())
+}
+
+/// Metrics whose series carry `fleetbench.job.id` and live only while the job is recent (they
+/// go a grace period after it ends; the store keeps its results). Change points are kept: one
+/// series per change in a suite's history, few and not about one job's progress.
+pub const PER_JOB: &[&MetricDesc] = &[
+    &LEVELS,
     &REQUESTS,
     &TOKENS,
     &LEVEL_OUTPUT_TOKENS,
@@ -359,27 +334,6 @@ pub const ALL: &[&MetricDesc] = &[
     &CLIENT_DURATION,
     &CLIENT_TTFC,
     &CLIENT_TPOC,
-    &GPU_UTILIZATION,
-    &GPU_MEMORY_UTILIZATION,
-    &GPU_MEMORY_USAGE,
-    &GPU_MEMORY_LIMIT,
-    &GPU_POWER,
-    &GPU_ENERGY,
-    &GPU_TEMPERATURE,
-    &GPU_PCIE_THROUGHPUT,
-    &GPU_NVLINK_THROUGHPUT,
-    &ENGINE_RUNNING,
-    &ENGINE_QUEUED,
-    &ENGINE_KV_CACHE,
-    &ENGINE_GENERATION,
-    &ENGINE_PROCESS_CPU,
-    &ENGINE_PROCESS_MEMORY,
-    &HOST_CONFIG,
-    &REGRESSION_VERDICTS,
-    &REGRESSION_REGRESSED,
-    &REGRESSION_CURRENT,
-    &REGRESSION_BASELINE,
-    &REGRESSION_CHANGE_POINT,
 ];
 
 fn unit_word(unit: &str) -> Option<&'static str> {

@@ -1,11 +1,16 @@
 //! The values behind `/metrics`: one family per catalogued metric, one series per attribute set,
 //! rendered in the Prometheus text exposition format (0.0.4) under the collector's names.
+//!
+//! A family's series are kept by host (the `fleetbench.host` attribute) in hash maps: with a
+//! thousand busy hosts every telemetry sample sets a few hundred series, and a trial's end drops
+//! its host's series; a sorted map of all series made both a walk over every host's labels.
+//! `/metrics` sorts when it renders (a scrape is rare next to the updates).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
-use super::names::{Kind, MetricDesc, prometheus_label};
+use super::names::{Kind, MetricDesc, attr, prometheus_label};
 
 /// Attribute set of one series: (key, value) pairs sorted by key.
 pub type Labels = Vec<(&'static str, String)>;
@@ -22,7 +27,50 @@ enum Value {
 
 #[derive(Debug, Default)]
 struct Family {
-    series: BTreeMap<Labels, Value>,
+    /// Series by the value of their host attribute ("" when they have none).
+    by_host: HashMap<String, HashMap<Labels, Value>>,
+}
+
+impl Family {
+    /// The series of `labels` (normalised), made with `new` when absent.
+    fn entry(&mut self, labels: Labels, new: impl FnOnce() -> Value) -> &mut Value {
+        let host = labels
+            .iter()
+            .find(|(k, _)| *k == attr::HOST)
+            .map_or("", |(_, v)| v.as_str());
+        if !self.by_host.contains_key(host) {
+            self.by_host.insert(host.to_string(), HashMap::new());
+        }
+        let shard = self.by_host.get_mut(host).expect("inserted above");
+        shard.entry(labels).or_insert_with(new)
+    }
+
+    fn get_mut(&mut self, labels: &Labels) -> Option<&mut Value> {
+        let host = labels
+            .iter()
+            .find(|(k, _)| *k == attr::HOST)
+            .map_or("", |(_, v)| v.as_str());
+        self.by_host.get_mut(host)?.get_mut(labels)
+    }
+
+    fn get(&self, labels: &Labels) -> Option<&Value> {
+        let host = labels
+            .iter()
+            .find(|(k, _)| *k == attr::HOST)
+            .map_or("", |(_, v)| v.as_str());
+        self.by_host.get(host)?.get(labels)
+    }
+
+    fn retain(&mut self, pred: &impl Fn(&Labels) -> bool) {
+        for shard in self.by_host.values_mut() {
+            shard.retain(|labels, _| !pred(labels));
+        }
+        self.by_host.retain(|_, shard| !shard.is_empty());
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_host.is_empty()
+    }
 }
 
 /// Thread-safe store of every series, keyed by the metric's OpenTelemetry name.
@@ -31,7 +79,8 @@ pub struct Registry {
     families: Mutex<BTreeMap<&'static str, Family>>,
 }
 
-fn normalise(mut labels: Labels) -> Labels {
+/// Labels as the registry keys series: empty values left out, sorted by key, one per key.
+pub(crate) fn normalise(mut labels: Labels) -> Labels {
     labels.retain(|(_, v)| !v.is_empty());
     labels.sort();
     labels.dedup_by(|a, b| a.0 == b.0);
@@ -51,7 +100,22 @@ impl Registry {
             return;
         }
         self.with_family(desc, |f| {
-            f.series.insert(normalise(labels), Value::Scalar(value));
+            *f.entry(normalise(labels), || Value::Scalar(value)) = Value::Scalar(value);
+        });
+    }
+
+    /// Sets a gauge whose `labels` are already [`normalise`]d: nothing is allocated unless the
+    /// series is new.
+    pub fn set_normalised(&self, desc: &'static MetricDesc, labels: &Labels, value: f64) {
+        debug_assert_eq!(desc.kind, Kind::Gauge, "{}", desc.name);
+        if !value.is_finite() {
+            return;
+        }
+        self.with_family(desc, |f| match f.get_mut(labels) {
+            Some(v) => *v = Value::Scalar(value),
+            None => {
+                f.entry(labels.clone(), || Value::Scalar(value));
+            }
         });
     }
 
@@ -62,10 +126,7 @@ impl Registry {
             return;
         }
         self.with_family(desc, |f| {
-            let v = f
-                .series
-                .entry(normalise(labels))
-                .or_insert(Value::Scalar(0.0));
+            let v = f.entry(normalise(labels), || Value::Scalar(0.0));
             if let Value::Scalar(x) = v {
                 *x += delta;
             }
@@ -76,14 +137,11 @@ impl Registry {
     pub fn observe(&self, desc: &'static MetricDesc, labels: Labels, values: &[f64]) {
         debug_assert_eq!(desc.kind, Kind::Histogram, "{}", desc.name);
         self.with_family(desc, |f| {
-            let v = f
-                .series
-                .entry(normalise(labels))
-                .or_insert_with(|| Value::Histogram {
-                    counts: vec![0; desc.buckets.len() + 1],
-                    sum: 0.0,
-                    count: 0,
-                });
+            let v = f.entry(normalise(labels), || Value::Histogram {
+                counts: vec![0; desc.buckets.len() + 1],
+                sum: 0.0,
+                count: 0,
+            });
             if let Value::Histogram { counts, sum, count } = v {
                 for &x in values.iter().filter(|x| x.is_finite()) {
                     // Bucket i holds values <= bounds[i] (Prometheus `le`), the last is +Inf.
@@ -98,24 +156,46 @@ impl Registry {
 
     /// Drops the series of `desc` whose labels match `pred` (a host that changed config).
     pub fn remove_where(&self, desc: &'static MetricDesc, pred: impl Fn(&Labels) -> bool) {
-        self.with_family(desc, |f| f.series.retain(|labels, _| !pred(labels)));
+        self.with_family(desc, |f| f.retain(&pred));
+    }
+
+    /// Drops the series of every metric in `descs` whose host attribute is `host`: only that
+    /// host's series are looked at.
+    pub fn remove_host(&self, descs: &[&'static MetricDesc], host: &str) {
+        let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        for d in descs {
+            if let Some(f) = families.get_mut(d.name) {
+                f.by_host.remove(host);
+            }
+        }
+    }
+
+    /// Drops the series of every metric in `descs` whose labels match `pred` (an expired job,
+    /// a lost host).
+    pub fn remove_all_where(&self, descs: &[&'static MetricDesc], pred: impl Fn(&Labels) -> bool) {
+        let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        for d in descs {
+            if let Some(f) = families.get_mut(d.name) {
+                f.retain(&pred);
+            }
+        }
     }
 
     /// Current value of a gauge or counter series (tests and callers that need to read back).
     pub fn value(&self, desc: &'static MetricDesc, labels: Labels) -> Option<f64> {
         let families = self.families.lock().unwrap_or_else(|e| e.into_inner());
-        match families.get(desc.name)?.series.get(&normalise(labels))? {
+        match families.get(desc.name)?.get(&normalise(labels))? {
             Value::Scalar(v) => Some(*v),
             Value::Histogram { .. } => None,
         }
     }
 
     /// The text exposition of `catalog`, in its order; metrics with no series are left out.
-    pub fn render(&self, catalog: &[&'static MetricDesc]) -> String {
+    pub fn render(&self, catalog: impl IntoIterator<Item = &'static MetricDesc>) -> String {
         let families = self.families.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         for desc in catalog {
-            let Some(family) = families.get(desc.name).filter(|f| !f.series.is_empty()) else {
+            let Some(family) = families.get(desc.name).filter(|f| !f.is_empty()) else {
                 continue;
             };
             let name = desc.prometheus_name();
@@ -126,7 +206,12 @@ impl Registry {
             };
             let _ = writeln!(out, "# HELP {name} {}", escape_help(desc.help));
             let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, value) in &family.series {
+            let sorted: BTreeMap<&Labels, &Value> = family
+                .by_host
+                .values()
+                .flat_map(|shard| shard.iter())
+                .collect();
+            for (labels, value) in sorted {
                 match value {
                     Value::Scalar(v) => {
                         let _ = writeln!(out, "{name}{} {}", label_text(labels, None), num(*v));
@@ -222,7 +307,7 @@ mod tests {
             vec![(attr::CONFIG_NAME, "base".into())],
             &[0.0005, 0.03, 0.03, 100.0],
         );
-        let text = r.render(names::ALL);
+        let text = r.render(names::all());
         assert!(
             text.contains("# TYPE fleetbench_jobs_submitted_total counter\n"),
             "{text}"
@@ -277,7 +362,7 @@ mod tests {
         r.add(&names::LEVELS, labels(), f64::NAN);
         assert_eq!(r.value(&names::LEVELS, labels()), Some(1.0));
         assert!(
-            r.render(names::ALL)
+            r.render(names::all())
                 .contains("fleetbench_levels_total{fleetbench_request_rate=\"2\"} 1\n")
         );
     }

@@ -4,8 +4,21 @@
 use fleetbench_proto::agentpb;
 
 use super::names::{self, attr};
-use super::registry::Labels;
+use super::registry::{Labels, normalise};
 use super::{Instrument, Metrics, lock};
+
+/// NVML's clocks event reason bits (nvmlClocksEventReason*), as `fleetbench.gpu.throttle_reason`.
+const THROTTLE_REASONS: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
 
 impl Metrics {
     /// A telemetry sample relayed from an agent (GPU, engine metrics, process). `config_id` is
@@ -17,7 +30,7 @@ impl Metrics {
             config_id
         };
         for g in &sample.gpus {
-            self.gpu_sample(host, g);
+            self.gpu_sample(host, &sample.hostname, g);
         }
         let engine_labels = || -> Labels {
             vec![
@@ -53,7 +66,7 @@ impl Metrics {
         self.set_host_config(host, config_id);
     }
 
-    fn gpu_sample(&self, host: &str, g: &agentpb::GpuSample) {
+    fn gpu_sample(&self, host: &str, hostname: &str, g: &agentpb::GpuSample) {
         let hw_id = if g.uuid.is_empty() {
             format!("gpu{}", g.index)
         } else {
@@ -65,20 +78,38 @@ impl Metrics {
                 (attr::GPU_INDEX, g.index.to_string()),
                 (attr::HW_ID, hw_id.clone()),
                 (attr::HW_TYPE, "gpu".to_string()),
+                (attr::DCGM_UUID, g.uuid.clone()),
+                (attr::DCGM_GPU, g.index.to_string()),
+                (attr::DCGM_HOSTNAME, hostname.to_string()),
             ]
         };
-        let with_dir = |dir: &str| -> Labels {
-            let mut l = labels();
-            l.push((attr::IO_DIRECTION, dir.to_string()));
-            l
+        // Built once per GPU and sample, sorted as the registry keeps them: a sample sets
+        // about 25 series per GPU, and a fresh attribute set for each was most of a relay's
+        // cost at a thousand hosts.
+        let base = normalise(labels());
+        // `base` plus one more attribute, whose value the caller sets in place.
+        let plus = |key: &'static str| -> (Labels, usize) {
+            let mut l = base.clone();
+            l.push((key, String::new()));
+            l.sort_by_key(|(k, _)| *k);
+            let at = l.iter().position(|(k, _)| *k == key).expect("pushed above");
+            (l, at)
         };
+        // The conventions' memory utilisation is the fraction of memory in use; NVML's
+        // "memory utilization" is the memory controller's busy time, exported under its own name.
+        let memory_fraction = match (g.memory_used_bytes, g.memory_total_bytes) {
+            (Some(used), Some(total)) if total > 0 => Some(used as f64 / total as f64),
+            _ => None,
+        };
+        let mhz = |v: Option<u32>| v.map(|m| f64::from(m) * 1e6);
         let gauges = [
             (
                 &names::GPU_UTILIZATION,
                 g.utilization_pct.map(|v| v / 100.0),
             ),
+            (&names::GPU_MEMORY_UTILIZATION, memory_fraction),
             (
-                &names::GPU_MEMORY_UTILIZATION,
+                &names::GPU_MEMORY_CONTROLLER,
                 g.memory_utilization_pct.map(|v| v / 100.0),
             ),
             (
@@ -91,10 +122,25 @@ impl Metrics {
             ),
             (&names::GPU_POWER, g.power_w),
             (&names::GPU_TEMPERATURE, g.temperature_c.map(f64::from)),
+            (&names::GPU_SM_CLOCK, mhz(g.sm_clock_mhz)),
+            (&names::GPU_MEMORY_CLOCK, mhz(g.memory_clock_mhz)),
+            (
+                &names::GPU_THROTTLE_REASONS,
+                g.clocks_throttle_reasons.map(|b| b as f64),
+            ),
+            (&names::GPU_LAST_XID, g.last_xid.map(|x| x as f64)),
         ];
         for (desc, v) in gauges {
             if let Some(v) = v {
-                self.gauge(desc, labels(), v);
+                self.gauge_normalised(desc, &base, v);
+            }
+        }
+        if let Some(bits) = g.clocks_throttle_reasons {
+            let (mut l, at) = plus(attr::THROTTLE_REASON);
+            for (bit, reason) in THROTTLE_REASONS {
+                let on = if bits & bit != 0 { 1.0 } else { 0.0 };
+                reason.clone_into(&mut l[at].1);
+                self.gauge_normalised(&names::GPU_THROTTLED, &l, on);
             }
         }
         let links = [
@@ -119,23 +165,31 @@ impl Metrics {
                 g.nvlink_rx_bytes_per_s,
             ),
         ];
+        let (mut l, at) = plus(attr::IO_DIRECTION);
         for (desc, dir, v) in links {
             if let Some(v) = v {
-                self.gauge(desc, with_dir(dir), v);
+                dir.clone_into(&mut l[at].1);
+                self.gauge_normalised(desc, &l, v);
             }
         }
-        if let Some(now) = g.energy_mj {
-            let prev = lock(&self.energy_mj).insert((host.to_string(), g.index), now);
-            // The driver's counter restarts when it reloads: count from zero again.
-            let delta_mj = match prev {
+        // Cumulative counts from the agent become counter increments; a count that went back
+        // (driver reload, agent restart) counts from zero again.
+        let cumulative = [
+            (&names::GPU_ENERGY, g.energy_mj, 1000.0),
+            (&names::GPU_XID_ERRORS, g.xid_errors, 1.0),
+        ];
+        for (desc, now, per_unit) in cumulative {
+            let Some(now) = now else { continue };
+            let prev = lock(&self.cumulative).insert((host.to_string(), g.index, desc.name), now);
+            let delta = match prev {
                 Some(p) if now >= p => now - p,
                 _ => now,
             };
-            self.count(&names::GPU_ENERGY, labels(), delta_mj as f64 / 1000.0);
+            self.count(desc, labels(), delta as f64 / per_unit);
         }
     }
 
-    fn set_host_config(&self, host: &str, config_id: &str) {
+    pub(super) fn set_host_config(&self, host: &str, config_id: &str) {
         let mut current = lock(&self.host_config);
         let wanted: Option<Labels> = (!config_id.is_empty()).then(|| {
             let name = lock(&self.config_names)
@@ -155,9 +209,7 @@ impl Metrics {
             if let Some(Instrument::Gauge(g)) = self.instruments.get(names::HOST_CONFIG.name) {
                 g.record(0.0, &Self::attrs(&old));
             }
-            self.registry.remove_where(&names::HOST_CONFIG, |l| {
-                l.iter().any(|(k, v)| *k == attr::HOST && v == host)
-            });
+            self.registry.remove_host(&[&names::HOST_CONFIG], host);
         }
         if let Some(labels) = wanted {
             self.gauge(&names::HOST_CONFIG, labels.clone(), 1.0);

@@ -50,6 +50,7 @@ fn stored(
             ..Default::default()
         }),
         gpu_power_w: None,
+        lease_epoch: 0,
     }
 }
 
@@ -183,12 +184,14 @@ fn gpu_samples_use_hardware_names_and_energy_accumulates() {
         }),
         process: None,
         config_id: String::new(),
+        hostname: "node-a".into(),
     };
     m.telemetry("gpu-a", "cfg-1", &sample(5_000_000));
     m.telemetry("gpu-a", "cfg-1", &sample(5_600_000));
     let text = m.render_prometheus();
-    let gpu =
-        "fleetbench_gpu_index=\"0\",fleetbench_host=\"gpu-a\",hw_id=\"GPU-abc\",hw_type=\"gpu\"";
+    // dcgm-exporter's labels (Hostname, UUID, gpu) beside the semantic conventions' ones.
+    let gpu = "Hostname=\"node-a\",UUID=\"GPU-abc\",fleetbench_gpu_index=\"0\",\
+               fleetbench_host=\"gpu-a\",gpu=\"0\",hw_id=\"GPU-abc\",hw_type=\"gpu\"";
     assert_eq!(
         line_value(&text, &format!("hw_gpu_utilization_ratio{{{gpu}}} ")),
         0.87
@@ -336,4 +339,145 @@ fn client_histograms_name_the_operation() {
         ),
         "{text}"
     );
+}
+
+#[test]
+fn a_finished_jobs_series_go_after_the_grace_period_and_no_other() {
+    let m = Metrics::default();
+    let mut a = stored("steady", 4, agentpb::LevelOutcome::Ok);
+    a.job_id = "job-a".into();
+    let mut b = stored("steady", 4, agentpb::LevelOutcome::Ok);
+    b.job_id = "job-b".into();
+    m.level_stored(&a, "sim", "m");
+    m.level_stored(&b, "sim", "m");
+    m.crash("gpu-a", "steady", agentpb::CrashClass::Oom);
+
+    // Within the grace period the ended job is still served.
+    m.set_job_series_ttl(std::time::Duration::from_secs(3600));
+    m.job_series_expire("job-a");
+    assert!(
+        m.render_prometheus()
+            .contains("fleetbench_job_id=\"job-a\"")
+    );
+
+    m.set_job_series_ttl(std::time::Duration::ZERO);
+    m.job_series_expire("job-a");
+    let text = m.render_prometheus();
+    assert!(!text.contains("job-a"), "{text}");
+    for family in [
+        "fleetbench_level_output_tokens_per_second{",
+        "fleetbench_levels_total{",
+        "fleetbench_requests_total{",
+        "gen_ai_client_operation_duration_seconds_bucket{",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(family) && l.contains("job-b")),
+            "{family} of the running job is kept"
+        );
+    }
+    // Series without a job are not per-job: the crash counter stays.
+    assert!(text.contains("fleetbench_engine_crashes_total{"));
+}
+
+#[test]
+fn a_lost_hosts_gpu_and_engine_series_go_and_the_others_stay() {
+    let m = Metrics::default();
+    let sample = |util: f64| agentpb::MetricsSample {
+        gpus: vec![GpuSample {
+            index: 0,
+            uuid: "GPU-1".into(),
+            utilization_pct: Some(util),
+            energy_mj: Some(1000),
+            ..Default::default()
+        }],
+        engine: Some(agentpb::EngineMetrics {
+            scraped: true,
+            running_requests: Some(3.0),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    m.telemetry("h1", "cfg", &sample(50.0));
+    m.telemetry("h2", "cfg", &sample(70.0));
+    m.host_series_remove("h1");
+    let text = m.render_prometheus();
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(!l.contains("fleetbench_host=\"h1\""), "{l}");
+    }
+    for family in [
+        "hw_gpu_utilization_ratio{",
+        "hw_energy_joules_total{",
+        "fleetbench_engine_running_requests{",
+        "fleetbench_host_config{",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(family) && l.contains("fleetbench_host=\"h2\"")),
+            "{family} of h2 kept:\n{text}"
+        );
+    }
+    // It comes back with its next sample; the energy counter restarts from that reading.
+    m.telemetry("h1", "cfg", &sample(60.0));
+    assert_eq!(
+        line_value(
+            &m.render_prometheus(),
+            "hw_gpu_utilization_ratio{UUID=\"GPU-1\",fleetbench_gpu_index=\"0\",fleetbench_host=\"h1\",gpu=\"0\",hw_id=\"GPU-1\",hw_type=\"gpu\"} "
+        ),
+        0.6
+    );
+}
+
+#[test]
+fn gpu_memory_utilization_is_the_fraction_used_and_the_controller_has_its_own_name() {
+    let m = Metrics::new();
+    let sample = |xids: u64, throttle: u64| agentpb::MetricsSample {
+        gpus: vec![GpuSample {
+            index: 1,
+            uuid: "GPU-h200".into(),
+            memory_utilization_pct: Some(61.0),
+            memory_used_bytes: Some(132_509 << 20),
+            memory_total_bytes: Some(143_771 << 20),
+            sm_clock_mhz: Some(1980),
+            memory_clock_mhz: Some(3201),
+            clocks_throttle_reasons: Some(throttle),
+            xid_errors: Some(xids),
+            last_xid: (xids > 0).then_some(79),
+            ..Default::default()
+        }],
+        hostname: "gpu-node-7".into(),
+        ..Default::default()
+    };
+    m.telemetry("h200", "", &sample(0, 0x4 | 0x8));
+    m.telemetry("h200", "", &sample(2, 0x1));
+    let text = m.render_prometheus();
+    let head = "Hostname=\"gpu-node-7\",UUID=\"GPU-h200\",fleetbench_gpu_index=\"1\"";
+    let tail = "fleetbench_host=\"h200\",gpu=\"1\",hw_id=\"GPU-h200\",hw_type=\"gpu\"";
+    let v = |name: &str| line_value(&text, &format!("{name}{{{head},{tail}}} "));
+    assert_eq!(
+        v("hw_gpu_memory_utilization_ratio"),
+        132_509.0 / 143_771.0,
+        "the conventions' fraction of memory in use"
+    );
+    assert_eq!(
+        v("fleetbench_gpu_memory_controller_utilization_ratio"),
+        0.61
+    );
+    assert_eq!(v("fleetbench_gpu_clock_sm_hertz"), 1.98e9);
+    assert_eq!(v("fleetbench_gpu_clock_memory_hertz"), 3.201e9);
+    assert_eq!(v("fleetbench_gpu_clocks_throttle_reasons"), 1.0);
+    assert_eq!(v("fleetbench_gpu_xid_errors_total"), 2.0);
+    assert_eq!(v("fleetbench_gpu_last_xid"), 79.0);
+    let reason = |r: &str| {
+        line_value(
+            &text,
+            &format!(
+                "fleetbench_gpu_throttled{{{head},fleetbench_gpu_throttle_reason=\"{r}\",{tail}}} "
+            ),
+        )
+    };
+    // The last sample: idle only; the power cap and HW slowdown of the first are over.
+    assert_eq!(reason("gpu_idle"), 1.0);
+    assert_eq!(reason("sw_power_cap"), 0.0);
+    assert_eq!(reason("hw_slowdown"), 0.0);
 }

@@ -18,12 +18,13 @@ use crate::agents::HostSnapshot;
 use crate::spec;
 use crate::store::{StoreError, TrialRow};
 
-/// Runs (or resumes) a job until it ends or the controller shuts down.
+/// Runs (or resumes) a job until it ends, the controller shuts down, or this controller stops
+/// leading (`term` cancelled: the job stays `running` in the store for the next leader).
 pub(super) async fn run_job(
     ctx: Arc<Ctx>,
     job_id: &str,
     cancel: CancellationToken,
-    shutdown: CancellationToken,
+    term: CancellationToken,
 ) {
     // A root span: one trace per job, whatever request or task happened to start it.
     let span = tracing::info_span!(
@@ -32,20 +33,47 @@ pub(super) async fn run_job(
         fleetbench.job.id = %job_id,
         fleetbench.job.name = tracing::field::Empty,
     );
-    let result = drive(&ctx, job_id, &cancel, &shutdown)
+    let mut used_hosts = BTreeSet::new();
+    let result = drive(&ctx, job_id, &cancel, &term, &mut used_hosts)
         .instrument(span)
         .await;
-    if let Err(e) = result {
-        tracing::error!(job = %job_id, error = %e, "job failed on a store error");
-        let _ = ctx
-            .store
-            .finish_job(job_id, JobState::Failed, &e.to_string(), now_unix_ms())
-            .await;
-        emit_job(&ctx, job_id).await;
-        ctx.metrics.job_finished("sweep", "failed");
-        ctx.hub.forget(job_id);
+    let Err(e) = result else { return };
+    if e.is_fenced() || term.is_cancelled() {
+        // Another controller leads now (or this one is stopping): the job is its to resume.
+        tracing::warn!(job = %job_id, error = %e, "job left to the next leader");
+        return;
     }
+    // A persistent store error: every trial has stopped and released its host; stop the
+    // engines, then record the failure once the store takes writes again.
+    tracing::error!(job = %job_id, error = %e, "job failed on a store error");
+    stop_engines(&ctx, &used_hosts).await;
+    let text = format!("store error: {e}");
+    loop {
+        match ctx
+            .store
+            .finish_job(job_id, JobState::Failed, &text, now_unix_ms())
+            .await
+        {
+            Ok(()) => break,
+            Err(e) if e.is_fenced() => return,
+            Err(e) => {
+                tracing::warn!(job = %job_id, error = %e, "cannot record the job's failure yet");
+                tokio::select! {
+                    _ = term.cancelled() => return,
+                    _ = tokio::time::sleep(FAILURE_RECORD_RETRY) => {}
+                }
+            }
+        }
+    }
+    emit_job(&ctx, job_id).await;
+    ctx.metrics.job_finished("sweep", "failed");
+    ctx.metrics.job_series_expire(job_id);
+    ctx.hub.forget(job_id);
 }
+
+/// How often a job that failed on the store tries to record that, once the store's own retry
+/// budget is spent.
+const FAILURE_RECORD_RETRY: Duration = Duration::from_secs(2);
 
 async fn emit_job(ctx: &Ctx, job_id: &str) {
     if let Ok(Some(job)) = ctx.store.get_job(job_id).await {
@@ -83,7 +111,9 @@ fn placeable(
     queue: &Queue,
 ) -> Option<(usize, crate::agents::Lease)> {
     let matches = |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
-    let snapshots = ctx.inventory.snapshots();
+    // Every host's facts, taken only for a trial that lost a host: a copy of the whole fleet per
+    // placement made placing 1,000 trials on 1,000 hosts quadratic.
+    let mut snapshots: Option<Vec<HostSnapshot>> = None;
     for (i, t) in queue.trials.iter().enumerate() {
         if queue.blocked {
             // A block runs in its recorded order, one trial after another, on its host; a new
@@ -114,6 +144,7 @@ fn placeable(
         let lost = queue.lost.get(&t.id);
         let only_lost_hosts_match = lost.is_some_and(|lost| {
             snapshots
+                .get_or_insert_with(|| ctx.inventory.snapshots())
                 .iter()
                 .filter(|h| matches(h))
                 .all(|h| lost.contains(&h.name))
@@ -133,6 +164,7 @@ async fn drive(
     job_id: &str,
     cancel: &CancellationToken,
     shutdown: &CancellationToken,
+    used_hosts: &mut BTreeSet<String>,
 ) -> Result<(), StoreError> {
     let Some(job) = ctx.store.get_job(job_id).await? else {
         return Ok(());
@@ -193,64 +225,34 @@ async fn drive(
         )
         .await?;
     }
+    // Trials run under their own token: a persistent store error stops them all (each one's
+    // host lease is a guard, released as its task ends, panicked or not).
+    let trials = cancel.child_token();
     let mut running: JoinSet<TrialResult> = JoinSet::new();
-    let mut used_hosts = BTreeSet::new();
-    let mut waiting_since: Option<Instant> = None;
-    let mut failure: Option<String> = None;
-    let mut changes = ctx.inventory.subscribe();
-
-    loop {
-        let stop = cancel.is_cancelled() || failure.is_some();
-        if !stop {
-            while let Some((i, lease)) = placeable(ctx, &spec, job_id, &queue) {
-                let mut t = queue.trials.remove(i).expect("index from placeable");
-                if queue.blocked {
-                    queue.pins.insert(block(&t), lease.host.clone());
-                }
-                t.attempts = ctx.store.next_attempt(&t.id).await?;
-                used_hosts.insert(lease.host.clone());
-                let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), cancel.child_token());
-                running.spawn(
-                    async move {
-                        let host = lease.host.clone();
-                        let outcome = trial::run_trial(&ctx2, &spec2, &t, lease, token).await;
-                        (t, host, outcome)
-                    }
-                    .in_current_span(),
-                );
+    let sched = schedule(
+        ctx,
+        job_id,
+        &spec,
+        &mut queue,
+        &mut running,
+        &trials,
+        cancel,
+        shutdown,
+        used_hosts,
+    )
+    .await;
+    let failure = match sched {
+        Ok(f) => f,
+        Err(e) => {
+            if e.is_fenced() {
+                // Before the trials stop: none may stop an engine the new leader runs.
+                ctx.mark_deposed();
             }
+            trials.cancel();
+            while running.join_next().await.is_some() {}
+            return Err(e);
         }
-        if running.is_empty() && (queue.trials.is_empty() || stop) {
-            break;
-        }
-        if running.is_empty() {
-            let since = *waiting_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= ctx.host_wait {
-                failure = Some(no_host_message(ctx, &spec, ctx.host_wait));
-                continue;
-            }
-        } else {
-            waiting_since = None;
-        }
-        tokio::select! {
-            Some(joined) = running.join_next(), if !running.is_empty() => {
-                match joined {
-                    Ok((t, host, outcome)) => {
-                        ctx.inventory.release(&host);
-                        if let Some(f) = settle(ctx, job_id, t, &host, outcome, &mut queue, shutdown).await? {
-                            failure.get_or_insert(f);
-                        }
-                    }
-                    Err(e) => {
-                        failure.get_or_insert(format!("a trial task failed: {e}"));
-                    }
-                }
-            }
-            _ = changes.changed() => {}
-            _ = cancel.cancelled(), if !cancel.is_cancelled() => {}
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-        }
-    }
+    };
 
     if shutdown.is_cancelled() {
         // The controller is stopping, not the user: the job stays running for the next start.
@@ -270,15 +272,93 @@ async fn drive(
     } else {
         (JobState::Succeeded, String::new(), "succeeded")
     };
-    stop_engines(ctx, &used_hosts).await;
+    stop_engines(ctx, used_hosts).await;
+    // The trials' relays have handed over their last windows; store them before the job ends.
+    ctx.telemetry.sync(Duration::from_secs(10)).await;
     ctx.store
         .finish_job(job_id, state, &error, now_unix_ms())
         .await?;
     emit_job(ctx, job_id).await;
     ctx.metrics.job_finished("sweep", label);
+    ctx.metrics.job_series_expire(job_id);
     ctx.hub.forget(job_id);
     tracing::info!(job = %job_id, state = label, "job ended");
     Ok(())
+}
+
+/// Hands trials to hosts until none is left (or the job stops). Returns the job's failure, if
+/// any; a store error returns at once, the caller stops the trials still running.
+#[allow(clippy::too_many_arguments)]
+async fn schedule(
+    ctx: &Arc<Ctx>,
+    job_id: &str,
+    spec: &Arc<spec::JobSpec>,
+    queue: &mut Queue,
+    running: &mut JoinSet<TrialResult>,
+    trials: &CancellationToken,
+    cancel: &CancellationToken,
+    shutdown: &CancellationToken,
+    used_hosts: &mut BTreeSet<String>,
+) -> Result<Option<String>, StoreError> {
+    let mut waiting_since: Option<Instant> = None;
+    let mut failure: Option<String> = None;
+    let mut changes = ctx.inventory.subscribe();
+
+    loop {
+        let stop = cancel.is_cancelled() || failure.is_some();
+        if !stop {
+            while let Some((i, lease)) = placeable(ctx, spec, job_id, queue) {
+                let mut t = queue.trials.remove(i).expect("index from placeable");
+                if queue.blocked {
+                    queue.pins.insert(block(&t), lease.host.clone());
+                }
+                t.attempts = ctx.store.next_attempt(&t.id).await?;
+                used_hosts.insert(lease.host.clone());
+                let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), trials.child_token());
+                running.spawn(
+                    async move {
+                        let host = lease.host.clone();
+                        let outcome = trial::run_trial(&ctx2, &spec2, &t, lease, token).await;
+                        (t, host, outcome)
+                    }
+                    .in_current_span(),
+                );
+            }
+        }
+        if running.is_empty() && (queue.trials.is_empty() || stop) {
+            break;
+        }
+        if running.is_empty() {
+            let since = *waiting_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= ctx.host_wait {
+                failure = Some(no_host_message(ctx, spec, ctx.host_wait));
+                continue;
+            }
+        } else {
+            waiting_since = None;
+        }
+        tokio::select! {
+            Some(joined) = running.join_next(), if !running.is_empty() => {
+                match joined {
+                    Ok((t, host, outcome)) => {
+                        if let Some(f) = settle(ctx, job_id, t, &host, outcome, queue, shutdown).await? {
+                            failure.get_or_insert(f);
+                        }
+                    }
+                    Err(e) => {
+                        // A panicked trial: its lease was dropped with its task, so its host
+                        // is free again; the job records why it failed.
+                        tracing::error!(job = %job_id, error = %e, "a trial task panicked");
+                        failure.get_or_insert(format!("a trial task failed: {e}"));
+                    }
+                }
+            }
+            _ = changes.changed() => {}
+            _ = cancel.cancelled(), if !cancel.is_cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+    Ok(failure)
 }
 
 /// Records a trial attempt's end; requeues it after a lost host. Returns a job failure, if any.
@@ -311,7 +391,7 @@ async fn settle(
                 .await?;
         }
         TrialOutcome::HostLost(reason) => {
-            ctx.inventory.mark_unreachable(host, &reason);
+            // The trial marked the host unreachable before its lease let go of it.
             let text = format!(
                 "trial {} lost host {host} (attempt {}): {reason}",
                 t.id, t.attempts
@@ -319,25 +399,75 @@ async fn settle(
             ctx.store
                 .set_trial_state(&t.id, TrialState::HostLost, &reason)
                 .await?;
-            if t.attempts >= ctx.trial_attempts {
-                message(ctx, job_id, format!("{text}; no attempts left")).await?;
-                return Ok(Some(format!(
-                    "trial {} failed {} attempts; last: {reason}",
-                    t.id, t.attempts
-                )));
-            }
-            message(ctx, job_id, format!("{text}; retrying on another host")).await?;
-            // Its block moves with it (the notes of the results then name both hosts).
-            queue.pins.remove(&block(&t));
-            queue
-                .lost
-                .entry(t.id.clone())
-                .or_default()
-                .insert(host.to_string());
-            queue.trials.push_front(t);
+            return retry_elsewhere(
+                ctx,
+                job_id,
+                queue,
+                t,
+                host,
+                &text,
+                &reason,
+                "retrying on another host",
+            )
+            .await;
+        }
+        TrialOutcome::Interrupted(reason) => {
+            // The host answers (its lease was taken, or another holder had it): not marked
+            // unreachable. The level in progress was not stored; the trial runs again and
+            // skips the levels already stored.
+            let text = format!(
+                "trial {} interrupted on host {host} (attempt {}): {reason}",
+                t.id, t.attempts
+            );
+            ctx.store
+                .set_trial_state(&t.id, TrialState::Interrupted, &reason)
+                .await?;
+            return retry_elsewhere(
+                ctx,
+                job_id,
+                queue,
+                t,
+                host,
+                &text,
+                &reason,
+                "the level in progress is not stored; re-running the trial",
+            )
+            .await;
         }
         TrialOutcome::Store(e) => return Err(e),
     }
+    Ok(None)
+}
+
+/// A trial that lost its host or its lease: the job's failure when it has no attempts left;
+/// else it goes first in the queue, away from `host`, and its block moves with it (the notes of
+/// the results then name both hosts).
+#[allow(clippy::too_many_arguments)]
+async fn retry_elsewhere(
+    ctx: &Ctx,
+    job_id: &str,
+    queue: &mut Queue,
+    t: TrialRow,
+    host: &str,
+    text: &str,
+    reason: &str,
+    retry: &str,
+) -> Result<Option<String>, StoreError> {
+    if t.attempts >= ctx.trial_attempts {
+        message(ctx, job_id, format!("{text}; no attempts left")).await?;
+        return Ok(Some(format!(
+            "trial {} failed {} attempts; last: {reason}",
+            t.id, t.attempts
+        )));
+    }
+    message(ctx, job_id, format!("{text}; {retry}")).await?;
+    queue.pins.remove(&block(&t));
+    queue
+        .lost
+        .entry(t.id.clone())
+        .or_default()
+        .insert(host.to_string());
+    queue.trials.push_front(t);
     Ok(None)
 }
 
@@ -391,7 +521,8 @@ async fn stop_engines(ctx: &Ctx, hosts: &BTreeSet<String>) {
         Some(async move {
             let r = tokio::time::timeout(
                 Duration::from_secs(60),
-                client.stop_engine(StopEngineRequest {}),
+                // No epoch: refused where another job has leased the host since.
+                client.stop_engine(StopEngineRequest { lease_epoch: 0 }),
             )
             .await;
             if !matches!(r, Ok(Ok(_))) {

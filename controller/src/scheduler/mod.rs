@@ -6,11 +6,15 @@
 //! - [`trial`]: one trial attempt on one host (apply engine, benchmark, store each level).
 //! - [`telemetry`]: the agent's metrics stream during a trial, downsampled into the store.
 
+mod endpoint;
 mod job;
+mod lease;
 mod telemetry;
+mod telemetry_writer;
 mod trial;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,12 +23,17 @@ use fleetbench_proto::controllerpb::{
 };
 use fleetbench_proto::now_unix_ms;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agents::Inventory;
 use crate::events::EventHub;
 use crate::metrics::Metrics;
 use crate::spec;
 use crate::store::{NewJob, Store, StoreError, TrialRow};
+use telemetry_writer::TelemetryWriter;
+
+/// The agent lease TTL unless configured (`lease_ttl`).
+const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(15);
 
 /// Everything a running job needs.
 #[derive(Debug)]
@@ -35,6 +44,27 @@ pub(crate) struct Ctx {
     pub metrics: Arc<Metrics>,
     pub trial_attempts: u32,
     pub host_wait: Duration,
+    pub telemetry_interval: Duration,
+    pub(crate) telemetry: TelemetryWriter,
+    /// TTL of the agent lease each trial attempt holds on its host.
+    pub lease_ttl: Duration,
+    /// The external endpoints trials are loading: one trial at a time each.
+    pub(crate) endpoints: endpoint::Endpoints,
+    /// Set when this controller lost its leadership: its trials stop without touching the
+    /// agents (their engines are the new leader's now).
+    deposed: AtomicBool,
+}
+
+impl Ctx {
+    pub(crate) fn is_deposed(&self) -> bool {
+        self.deposed.load(Ordering::SeqCst)
+    }
+
+    /// A fenced write proved another controller leads: from now on no trial of this one
+    /// calls an agent on its way out.
+    pub(crate) fn mark_deposed(&self) {
+        self.deposed.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Errors of the scheduler's operations.
@@ -46,16 +76,28 @@ pub enum SchedulerError {
     /// No job has this id.
     #[error("no job {0:?}")]
     NoSuchJob(String),
+    /// This controller does not lead (a standby, or between two terms).
+    #[error("this controller does not lead: it runs no jobs")]
+    NotLeading,
 }
+
+/// How long stopping (shutdown or a lost leadership) waits for job tasks to end. Trials stop
+/// their engines when cancelled (60 s bound per agent call); a job still running then is
+/// abandoned to the next start, which resumes it.
+pub const STOP_WAIT: Duration = Duration::from_secs(75);
 
 /// Submits, runs, cancels and resumes jobs.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     ctx: Arc<Ctx>,
     running: Arc<Mutex<HashMap<String, CancellationToken>>>,
-    /// Parent of every job's token: cancelled when the controller shuts down (jobs stay
-    /// `running` in the store and are resumed by the next start).
-    shutdown: CancellationToken,
+    /// The current leadership term's token (a child of the shutdown token), parent of every job's
+    /// token; `None` while this controller does not lead. Jobs of an ended term stay
+    /// `running` in the store and are resumed by the next leader.
+    term: Arc<Mutex<Option<CancellationToken>>>,
+    /// Every job task, awaited (with a bound) when a term ends, so the store never closes
+    /// under a writer.
+    tasks: TaskTracker,
 }
 
 impl Scheduler {
@@ -65,10 +107,13 @@ impl Scheduler {
         metrics: Arc<Metrics>,
         trial_attempts: u32,
         host_wait: Duration,
+        telemetry_interval: Duration,
         shutdown: CancellationToken,
-    ) -> Self {
+    ) -> (Self, tokio::task::JoinHandle<()>) {
         let hub = EventHub::new(store.clone());
-        Scheduler {
+        let (telemetry, writer) =
+            TelemetryWriter::start(store.clone(), metrics.clone(), shutdown.clone());
+        let scheduler = Scheduler {
             ctx: Arc::new(Ctx {
                 store,
                 inventory,
@@ -76,10 +121,61 @@ impl Scheduler {
                 metrics,
                 trial_attempts,
                 host_wait,
+                deposed: AtomicBool::new(false),
+                lease_ttl: DEFAULT_LEASE_TTL,
+                endpoints: Default::default(),
+                telemetry_interval,
+                telemetry,
             }),
             running: Arc::new(Mutex::new(HashMap::new())),
-            shutdown,
+            term: Arc::new(Mutex::new(None)),
+            tasks: TaskTracker::new(),
+        };
+        (scheduler, writer)
+    }
+
+    /// Starts leading under `token` (a child of the shutdown token, cancelled when the term
+    /// ends): jobs may run from now on (the caller resumes the unfinished ones).
+    pub fn begin_term(&self, token: CancellationToken) {
+        self.ctx.deposed.store(false, Ordering::SeqCst);
+        self.tasks.reopen();
+        *self.term.lock().expect("term lock") = Some(token);
+    }
+
+    /// Stops leading: every job stops (`deposed`: without a word to the agents, whose engines
+    /// another leader runs now) and is awaited up to `wait`. Jobs stay `running` in the store.
+    /// Returns whether every job task ended in time.
+    pub async fn end_term(&self, deposed: bool, wait: Duration) -> bool {
+        if deposed {
+            self.ctx.deposed.store(true, Ordering::SeqCst);
         }
+        if let Some(t) = self.term.lock().expect("term lock").take() {
+            t.cancel();
+        }
+        self.tasks.close();
+        let ended = tokio::time::timeout(wait, self.tasks.wait()).await.is_ok();
+        if !ended {
+            tracing::warn!(
+                jobs = self.tasks.len(),
+                ?wait,
+                "job tasks still running after the stop bound; leaving them"
+            );
+        }
+        ended
+    }
+
+    /// Whether this controller leads now.
+    pub fn leading(&self) -> bool {
+        self.term.lock().expect("term lock").is_some()
+    }
+
+    /// Sets the agent lease TTL (before any job runs; the default is 15 s).
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.lease_ttl = ttl,
+            None => tracing::warn!("lease TTL set after jobs started: ignored"),
+        }
+        self
     }
 
     pub fn store(&self) -> &Store {
@@ -150,10 +246,13 @@ impl Scheduler {
             tag: tag.to_string(),
             created_unix_ms: now_unix_ms(),
         };
+        if !self.leading() {
+            return Err(SchedulerError::NotLeading);
+        }
         self.ctx.store.insert_job(&job, &configs, &trials).await?;
         self.ctx.metrics.job_submitted(kind_name(kind));
         tracing::info!(job = %id, name = %parsed.name, trials = trial_count, "job submitted");
-        self.start(&id);
+        self.start(&id)?;
         Ok(SubmitJobResponse {
             job_id: id,
             errors: Vec::new(),
@@ -161,8 +260,14 @@ impl Scheduler {
         })
     }
 
-    fn start(&self, job_id: &str) {
-        let token = self.shutdown.child_token();
+    fn start(&self, job_id: &str) -> Result<(), SchedulerError> {
+        let term = self
+            .term
+            .lock()
+            .expect("term lock")
+            .clone()
+            .ok_or(SchedulerError::NotLeading)?;
+        let token = term.child_token();
         self.running
             .lock()
             .expect("running jobs lock")
@@ -170,19 +275,27 @@ impl Scheduler {
         let ctx = self.ctx.clone();
         let running = self.running.clone();
         let job_id = job_id.to_string();
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            job::run_job(ctx, &job_id, token, shutdown).await;
+        self.tasks.spawn(async move {
+            job::run_job(ctx, &job_id, token, term).await;
             running.lock().expect("running jobs lock").remove(&job_id);
         });
+        Ok(())
     }
 
-    /// Starts every job the store says is queued or running (after a restart).
+    /// Starts every job the store says is queued or running (after a restart or a takeover).
     pub async fn resume_all(&self) -> Result<usize, SchedulerError> {
         let ids = self.ctx.store.unfinished_jobs().await?;
         for id in &ids {
-            tracing::info!(job = %id, "resuming job after restart");
-            self.start(id);
+            if self
+                .running
+                .lock()
+                .expect("running jobs lock")
+                .contains_key(id)
+            {
+                continue;
+            }
+            tracing::info!(job = %id, "resuming job");
+            self.start(id)?;
         }
         Ok(ids.len())
     }

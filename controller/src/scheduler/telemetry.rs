@@ -4,7 +4,7 @@
 //!
 //! The relay also keeps every sample's GPU power (summed over the host's GPUs) in a
 //! [`PowerLog`], from which a level's mean power is taken over the level's own time window
-//! ([`mean_power`]): the stored series are too coarse (2 s windows, stamped on arrival).
+//! ([`mean_power_within`]): the stored series are too coarse (2 s windows, stamped on arrival).
 //!
 //! Stored series: `hw.gpu.utilization` (0..1), `hw.gpu.memory.usage` (bytes), `hw.power` (W),
 //! `hw.temperature` (°C), per GPU; `engine.running_requests`, `engine.queued_requests`,
@@ -20,23 +20,34 @@ use fleetbench_proto::controllerpb::TelemetryPoint;
 use fleetbench_proto::now_unix_ms;
 use tokio_util::sync::CancellationToken;
 
+use super::telemetry_writer::TelemetryWriter;
 use crate::agents::AgentClient;
 use crate::metrics::Metrics;
-use crate::store::Store;
 
 /// Samples are averaged over this window before they are stored.
 const WINDOW: Duration = Duration::from_secs(2);
-const SAMPLE_INTERVAL_MS: u32 = 500;
-/// How long a level's result waits for the power sample covering its end.
-pub(crate) const POWER_WAIT: Duration = Duration::from_millis(2 * SAMPLE_INTERVAL_MS as u64);
+/// The sampling interval of a [`PowerLog`] made with `default()` (the config's default).
+const DEFAULT_INTERVAL_MS: i64 = 500;
 
 /// GPU power samples of one trial attempt: `(agent's unix ms, W summed over the GPUs that
 /// reported power)`, oldest first. Shared by the telemetry relay (writer) and the attempt that
 /// stores the levels (reader).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct PowerLog {
     samples: Arc<Mutex<VecDeque<(i64, f64)>>>,
     arrived: Arc<tokio::sync::Notify>,
+    /// The relay's sampling interval (the slack of [`mean_power_within`]).
+    interval_ms: i64,
+}
+
+impl Default for PowerLog {
+    fn default() -> Self {
+        PowerLog {
+            samples: Arc::default(),
+            arrived: Arc::default(),
+            interval_ms: DEFAULT_INTERVAL_MS,
+        }
+    }
 }
 
 /// Samples kept: an hour at the relay's interval; a level longer than that is averaged over
@@ -44,6 +55,19 @@ pub(crate) struct PowerLog {
 const POWER_SAMPLES_KEPT: usize = 7200;
 
 impl PowerLog {
+    /// A log of samples taken every `interval`.
+    pub fn with_interval(interval: Duration) -> Self {
+        PowerLog {
+            interval_ms: (interval.as_millis() as i64).max(1),
+            ..PowerLog::default()
+        }
+    }
+
+    /// How long a level's result waits for the power sample covering its end: two intervals.
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(2 * self.interval_ms as u64)
+    }
+
     fn push(&self, unix_ms: i64, watts: f64) {
         let mut s = self.samples.lock().expect("power log lock");
         if s.len() == POWER_SAMPLES_KEPT {
@@ -63,7 +87,7 @@ impl PowerLog {
             .collect()
     }
 
-    /// The mean power over `[start_ms, end_ms]` (see [`mean_power`]). The level result and the
+    /// The mean power over `[start_ms, end_ms]` (see [`mean_power_within`]). The level result and the
     /// telemetry come on separate streams, so when the host reports power but no sample from
     /// after the level's end has arrived yet, this waits up to `wait` for one.
     pub async fn level_mean(&self, start_ms: i64, end_ms: i64, wait: Duration) -> Option<f64> {
@@ -73,7 +97,7 @@ impl PowerLog {
             let samples = self.snapshot();
             let caught_up = samples.last().is_none_or(|(t, _)| *t >= end_ms);
             if caught_up || tokio::time::Instant::now() >= deadline {
-                return mean_power(&samples, start_ms, end_ms);
+                return mean_power_within(&samples, start_ms, end_ms, self.interval_ms);
             }
             let _ = tokio::time::timeout_at(deadline, arrived).await;
         }
@@ -91,10 +115,20 @@ pub(crate) fn sample_power(s: &MetricsSample) -> Option<f64> {
     (!watts.is_empty()).then(|| watts.iter().sum())
 }
 
-/// The mean of the power samples taken inside `[start_ms, end_ms]`. A level shorter than the
-/// sampling interval may hold no sample: then the samples within one interval of its edges
-/// stand for it. None when there is no such sample (the host reported no power).
+#[cfg(test)]
 pub(crate) fn mean_power(samples: &[(i64, f64)], start_ms: i64, end_ms: i64) -> Option<f64> {
+    mean_power_within(samples, start_ms, end_ms, DEFAULT_INTERVAL_MS)
+}
+
+/// The mean of the power samples taken inside `[start_ms, end_ms]`. A level shorter than the
+/// sampling interval (`slack`, ms) may hold no sample: then the samples within one interval of
+/// its edges stand for it. None when there is no such sample (the host reported no power).
+pub(crate) fn mean_power_within(
+    samples: &[(i64, f64)],
+    start_ms: i64,
+    end_ms: i64,
+    slack: i64,
+) -> Option<f64> {
     let mean_in = |lo: i64, hi: i64| {
         let inside: Vec<f64> = samples
             .iter()
@@ -103,12 +137,11 @@ pub(crate) fn mean_power(samples: &[(i64, f64)], start_ms: i64, end_ms: i64) -> 
             .collect();
         (!inside.is_empty()).then(|| inside.iter().sum::<f64>() / inside.len() as f64)
     };
-    let slack = i64::from(SAMPLE_INTERVAL_MS);
     mean_in(start_ms, end_ms).or_else(|| mean_in(start_ms - slack, end_ms + slack))
 }
 
 pub(crate) struct Relay {
-    pub store: Store,
+    pub writer: TelemetryWriter,
     pub power: PowerLog,
     pub metrics: Arc<Metrics>,
     pub client: AgentClient,
@@ -116,6 +149,7 @@ pub(crate) struct Relay {
     pub run_id: String,
     pub host: String,
     pub config_id: String,
+    pub interval: Duration,
 }
 
 type Window = BTreeMap<(String, Option<u32>), (f64, u32)>;
@@ -163,7 +197,7 @@ fn accumulate(w: &mut Window, s: &MetricsSample) {
     }
 }
 
-async fn flush(r: &Relay, w: &mut Window) {
+fn flush(r: &Relay, w: &mut Window) {
     let now = now_unix_ms();
     let points: Vec<TelemetryPoint> = std::mem::take(w)
         .into_iter()
@@ -176,16 +210,14 @@ async fn flush(r: &Relay, w: &mut Window) {
             run_id: r.run_id.clone(),
         })
         .collect();
-    if let Err(e) = r.store.put_telemetry(&r.job_id, &points).await {
-        tracing::warn!(error = %e, "telemetry points not stored");
-    }
+    r.writer.send(&r.job_id, points);
 }
 
 /// Relays until `cancel` or the stream ends; a missing or failing stream only loses telemetry.
 pub(crate) async fn relay(r: Relay, cancel: CancellationToken) {
     let mut client = r.client.clone();
     let req = StreamMetricsRequest {
-        interval_ms: SAMPLE_INTERVAL_MS,
+        interval_ms: r.interval.as_millis().clamp(100, 60_000) as u32,
         gpu: true,
         engine: true,
         process: true,
@@ -216,7 +248,7 @@ pub(crate) async fn relay(r: Relay, cancel: CancellationToken) {
                 }
                 accumulate(&mut window, &sample);
                 if started.elapsed() >= WINDOW {
-                    flush(&r, &mut window).await;
+                    flush(&r, &mut window);
                     started = Instant::now();
                 }
             }
@@ -227,7 +259,7 @@ pub(crate) async fn relay(r: Relay, cancel: CancellationToken) {
             }
         }
     }
-    flush(&r, &mut window).await;
+    flush(&r, &mut window);
 }
 
 #[cfg(test)]

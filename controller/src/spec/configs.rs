@@ -8,6 +8,7 @@ use toml::de::DeValue;
 use super::ConfigSpec;
 use super::flags;
 use super::parse::string_map;
+use super::target::ExternalTarget;
 use super::walk::{Ctx, Span, Table, as_table, describe, suggest};
 
 const CONFIG_KEYS: &[&str] = &[
@@ -19,6 +20,7 @@ const CONFIG_KEYS: &[&str] = &[
     "extends",
     "flags",
     "env",
+    "target",
 ];
 
 /// A flag's value as written. `false` is kept (not dropped) so that it can switch off a flag
@@ -52,6 +54,9 @@ struct RawConfig {
     extends: Option<(String, Span)>,
     flags: BTreeMap<String, (FlagVal, Origin)>,
     env: BTreeMap<String, String>,
+    target: Option<ExternalTarget>,
+    /// `target` is written, valid or not (an invalid one is already reported).
+    target_written: bool,
     /// Some field could not be read; its error is already recorded.
     broken: bool,
 }
@@ -65,6 +70,8 @@ struct Merged {
     model: Option<String>,
     flags: BTreeMap<String, (FlagVal, Origin)>,
     env: BTreeMap<String, String>,
+    target: Option<ExternalTarget>,
+    target_written: bool,
     broken: bool,
 }
 
@@ -143,6 +150,9 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
             string_map(ctx, &e)
         })
         .unwrap_or_default();
+    let target = t
+        .table(ctx, "target")
+        .and_then(|tt| super::target::target(ctx, &tt));
     RawConfig {
         name,
         name_span: t.key_span("name"),
@@ -155,6 +165,8 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
         extends,
         flags,
         env,
+        target,
+        target_written: t.has("target"),
         broken: ctx.errors.len() > errors_before,
     }
 }
@@ -280,11 +292,34 @@ fn merge(ctx: &mut Ctx, raws: &[RawConfig], i: usize, stack: &mut Vec<usize>) ->
     for (k, v) in &raw.env {
         merged.env.insert(k.clone(), v.clone());
     }
+    if raw.target.is_some() {
+        merged.target.clone_from(&raw.target);
+    }
+    merged.target_written |= raw.target_written;
     Some(merged)
 }
 
 fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> {
     let name = raw.name.clone()?;
+    if merged.target.is_none() && merged.target_written {
+        // Its errors are already reported; an engine's missing keys would only add noise.
+        return None;
+    }
+    if let Some(target) = merged.target {
+        return finish_external(ctx, raw, name, merged.engine, merged.model, target, {
+            let mut owned = Vec::new();
+            if merged.profile.is_some() {
+                owned.push("profile");
+            }
+            if !merged.flags.is_empty() {
+                owned.push("flags");
+            }
+            if !merged.env.is_empty() {
+                owned.push("env");
+            }
+            owned
+        });
+    }
     let Some(kind) = merged.engine else {
         if merged.engine_written {
             return None;
@@ -331,5 +366,43 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
         flags,
         env: merged.env,
         config_id,
+        target: None,
+    })
+}
+
+/// A config that is an external target: no engine is started, so whatever would configure
+/// one (`profile`, `flags`, `env`) is an error naming the field; `engine` only says how to
+/// read the target's metrics (default `generic`), `model` is optional.
+fn finish_external(
+    ctx: &mut Ctx,
+    raw: &RawConfig,
+    name: String,
+    engine: Option<EngineKind>,
+    model: Option<String>,
+    target: ExternalTarget,
+    owned: Vec<&str>,
+) -> Option<ConfigSpec> {
+    for f in &owned {
+        let msg = format!(
+            "a config with a target starts no engine, so it takes no {f} (the endpoint is \
+             configured where it runs)"
+        );
+        ctx.error(Some(&raw.table_span), &format!("{}.{f}", raw.path), msg);
+    }
+    if !owned.is_empty() || raw.broken {
+        return None;
+    }
+    let kind = engine.unwrap_or(EngineKind::Generic);
+    let model = model.unwrap_or_default();
+    let config_id = config_id(kind, &model, &target.identity(), &BTreeMap::new());
+    Some(ConfigSpec {
+        name,
+        kind,
+        profile: String::new(),
+        model,
+        flags: Vec::new(),
+        env: BTreeMap::new(),
+        config_id,
+        target: Some(target),
     })
 }

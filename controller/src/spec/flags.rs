@@ -15,8 +15,9 @@ pub(crate) struct Problem {
 }
 
 /// `generic` has no built-in rules: its agent profile lists its flags, so any flag passes
-/// here. A config that names its own `profile` may use flags that profile adds: an unknown
-/// name is then left to the agent, but a known flag's value is still checked.
+/// here. A config that names its own `profile` may use flags that profile adds or passes
+/// through: an unknown name, or a choice the tables do not know, is then left to the agent;
+/// other values of known flags are still checked.
 pub(crate) fn check(
     kind: EngineKind,
     default_profile: bool,
@@ -41,9 +42,30 @@ pub(crate) fn check(
         };
     }
     let rules = builtin_rules(kind);
+    let is_choice = |n: &str| {
+        rules
+            .iter()
+            .any(|r| r.name == n && matches!(r.ty, FlagType::Choice { .. }))
+    };
     match check_flag(&rules, name, value) {
         Ok(()) => Ok(()),
         Err(FlagError::NotAllowed { .. }) if !default_profile => Ok(()),
+        // A profile of its own may pass the flag through, typed from the engine's own list:
+        // an upstream value newer than the tables is then the agent's to judge.
+        Err(FlagError::BadValue { .. })
+            if !default_profile && value.is_some() && is_choice(name) =>
+        {
+            Ok(())
+        }
+        Err(FlagError::NotAllowed { .. })
+            if fleetbench_engines::flags::replacement(kind, name).is_some() =>
+        {
+            let r = fleetbench_engines::flags::replacement(kind, name).unwrap_or_default();
+            Err(Problem {
+                about_name: true,
+                message: format!("deprecated by engine {kind}: use {r}"),
+            })
+        }
         Err(FlagError::NotAllowed { .. }) => {
             let hint = match suggest(name, rules.iter().map(|r| r.name.as_str())) {
                 Some(s) => format!("did you mean {s:?}?"),

@@ -19,12 +19,14 @@ mod parse;
 mod plan;
 pub mod search;
 pub mod suite;
+mod target;
 mod walk;
 mod workloads;
 
 pub use error::{SpecError, render_errors};
 pub use parse::parse;
 pub use plan::{TrialPlan, kind_to_pb, level_label};
+pub use target::ExternalTarget;
 
 /// A validated job spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,22 +43,31 @@ pub struct JobSpec {
 }
 
 /// In which order trials run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
     /// Round-robin: every config once per repeat, so slow drift of a host (thermal, other
-    /// tenants) is spread over all configs instead of favouring the one measured first.
-    #[default]
+    /// tenants) is spread over all configs instead of favouring the one measured first. On a
+    /// fleet of several hosts the next trial goes to the first free host, so config and host
+    /// can coincide: not the default.
     Interleaved,
     /// All repeats of a config before the next config: fewer engine restarts.
     Sequential,
     /// Blocking by host: the configs of one (repeat, workload) block run one after another on
     /// the same host, in an order shuffled per block (`order_seed`, else a seed derived from
     /// the job id, recorded in the job's events); blocks run in parallel on the hosts there
-    /// are. A difference between configs is then never a difference between hosts.
+    /// are. A difference between configs is then never a difference between hosts. The
+    /// default: a fixed A, B, A, B order lets a config always follow the same other one (its
+    /// warm page cache, its leftover clocks), and on a fleet lets config and host coincide.
     Blocked {
         /// `order_seed = N`: reproduces a recorded order.
         seed: Option<u64>,
     },
+}
+
+impl Default for Order {
+    fn default() -> Self {
+        Order::Blocked { seed: None }
+    }
 }
 
 impl Order {
@@ -90,8 +101,11 @@ pub struct ConfigSpec {
     /// `(name, value)`; `None` is a switch such as `--disable-cuda-graph`. Sorted by name.
     pub flags: Vec<(String, Option<String>)>,
     pub env: BTreeMap<String, String>,
-    /// Hash of kind, model, flags and env (`fleetbench_engines::config_id`).
+    /// Hash of kind, model, flags and env (`fleetbench_engines::config_id`); for an external
+    /// target, of its URL, headers and secret references instead of flags.
     pub config_id: String,
+    /// An endpoint fleetbench does not own: no engine is started, the load goes to it.
+    pub target: Option<ExternalTarget>,
 }
 
 /// One workload: what the load generator sends.

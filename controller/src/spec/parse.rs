@@ -97,6 +97,27 @@ fn job(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) -> Option<JobSpec> {
             None
         }
     };
+    if let (Some(cs), Some(h)) = (&configs, &hosts)
+        && let Some(c) = cs.iter().find(|c| c.target.is_some())
+    {
+        if h.names.is_empty() {
+            let msg = format!(
+                "config {:?} is an external target: name the agent hosts that drive its load \
+                 (hosts.names), so the load never comes from an arbitrary GPU host",
+                c.name
+            );
+            ctx.error(None, "hosts.names", msg);
+        }
+        if let Some(l) = &load
+            && l.reset_cache
+        {
+            let msg = format!(
+                "config {:?} is an external target, whose cache fleetbench cannot empty",
+                c.name
+            );
+            ctx.error(None, "load.reset_cache", msg);
+        }
+    }
     Some(JobSpec {
         name: name?,
         description,
@@ -129,14 +150,6 @@ fn reserved(ctx: &mut Ctx, root: &Table<'_, '_>, allowed: &str) {
 }
 
 fn order(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Order> {
-    let Some(v) = root.get("order") else {
-        if root.has("order_seed") {
-            let msg = "only applies to order = \"blocked\" (the other orders are not shuffled)";
-            ctx.error(Some(&root.key_span("order_seed")), "order_seed", msg);
-            return None;
-        }
-        return Some(Order::default());
-    };
     let seed = match root.get("order_seed") {
         Some(sv) => {
             let n = as_f64(ctx, "order_seed", sv)?;
@@ -152,14 +165,20 @@ fn order(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Order> {
         }
         None => None,
     };
-    let order = match as_string(ctx, "order", v)?.as_str() {
+    // Absent: blocked, the default (its seed may still be pinned).
+    let word = match root.get("order") {
+        Some(v) => as_string(ctx, "order", v)?,
+        None => "blocked".to_string(),
+    };
+    let order = match word.as_str() {
         "interleaved" => Order::Interleaved,
         "sequential" => Order::Sequential,
         "blocked" => Order::Blocked { seed },
         other => {
             let msg =
                 format!("expected \"interleaved\", \"sequential\" or \"blocked\", got {other:?}");
-            ctx.error(Some(&v.span()), "order", msg);
+            let span = root.get("order").map(|v| v.span());
+            ctx.error(span.as_ref(), "order", msg);
             return None;
         }
     };

@@ -197,6 +197,9 @@ impl JobSpec {
             window_s: load.window.map(|w| w.as_secs_f64()),
             steady: load.steady,
             reset_cache: load.reset_cache,
+            // The trial runner's, per attempt.
+            lease_epoch: 0,
+            target: None,
         }
     }
 

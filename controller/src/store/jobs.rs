@@ -24,7 +24,7 @@ pub struct NewJob {
 pub struct TrialRow {
     pub id: String,
     pub job_id: String,
-    /// Order of the trial in the job (the spec's interleaved order).
+    /// Order of the trial in the job (the spec's order: blocked and shuffled by default).
     pub position: u32,
     pub config_index: u32,
     pub workload_index: u32,
@@ -59,6 +59,7 @@ impl TrialRow {
         gpu_power_w: Option<f64>,
     ) -> controllerpb::StoredLevel {
         controllerpb::StoredLevel {
+            lease_epoch: result.lease_epoch,
             job_id: self.job_id.clone(),
             run_id,
             trial_id: self.id.clone(),
@@ -121,7 +122,20 @@ impl Store {
         configs: &[ConfigInfo],
         trials: &[TrialRow],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(q("begin insert job"))?;
+        self.retry
+            .run("insert job", move || {
+                self.insert_job_once(job, configs, trials)
+            })
+            .await
+    }
+
+    async fn insert_job_once(
+        &self,
+        job: &NewJob,
+        configs: &[ConfigInfo],
+        trials: &[TrialRow],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write_tx().await?;
         sqlx::query(
             "INSERT INTO jobs (id, name, kind, state, spec_toml, file_name, tag, error, \
              created_unix_ms, started_unix_ms, finished_unix_ms) \
@@ -181,6 +195,12 @@ impl Store {
 
     /// One job with its progress counts, or `None` when no such job exists.
     pub async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.retry
+            .run("get job", move || self.get_job_once(id))
+            .await
+    }
+
+    async fn get_job_once(&self, id: &str) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
@@ -244,6 +264,16 @@ impl Store {
         limit: u32,
         kind: Option<controllerpb::JobKind>,
     ) -> Result<Vec<Job>, StoreError> {
+        self.retry
+            .run("list jobs", move || self.list_jobs_once(limit, kind))
+            .await
+    }
+
+    async fn list_jobs_once(
+        &self,
+        limit: u32,
+        kind: Option<controllerpb::JobKind>,
+    ) -> Result<Vec<Job>, StoreError> {
         let limit = if limit == 0 { 50 } else { limit };
         // -1 matches no kind column value, and stands for "any kind".
         let kind = kind.map_or(-1, |k| k as i32 as i64);
@@ -267,6 +297,12 @@ impl Store {
 
     /// Ids of jobs that are queued or running (to resume after a restart), oldest first.
     pub async fn unfinished_jobs(&self) -> Result<Vec<String>, StoreError> {
+        self.retry
+            .run("unfinished jobs", move || self.unfinished_jobs_once())
+            .await
+    }
+
+    async fn unfinished_jobs_once(&self) -> Result<Vec<String>, StoreError> {
         let rows =
             sqlx::query("SELECT id FROM jobs WHERE state IN ($1, $2) ORDER BY created_unix_ms, id")
                 .bind(JobState::Queued as i32 as i64)
@@ -282,6 +318,15 @@ impl Store {
 
     /// Marks a job running (keeping the first start time).
     pub async fn mark_job_running(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+        self.retry
+            .run("mark job running", move || {
+                self.mark_job_running_once(id, now_ms)
+            })
+            .await
+    }
+
+    async fn mark_job_running_once(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+        let mut tx = self.write_tx().await?;
         sqlx::query(
             "UPDATE jobs SET state = $2, \
              started_unix_ms = CASE WHEN started_unix_ms = 0 THEN $3 ELSE started_unix_ms END \
@@ -290,10 +335,10 @@ impl Store {
         .bind(id)
         .bind(JobState::Running as i32 as i64)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(q("mark job running"))?;
-        Ok(())
+        tx.commit().await.map_err(q("commit mark job running"))
     }
 
     /// Ends a job in a final state with an error text (empty when none).
@@ -304,19 +349,32 @@ impl Store {
         error: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE jobs SET state = $2, error = $3, finished_unix_ms = $4 WHERE id = $1")
-            .bind(id)
-            .bind(state as i32 as i64)
-            .bind(error)
-            .bind(now_ms)
-            .execute(&self.pool)
+        self.retry
+            .run("finish job", move || async move {
+                let mut tx = self.write_tx().await?;
+                sqlx::query(
+                    "UPDATE jobs SET state = $2, error = $3, finished_unix_ms = $4 WHERE id = $1",
+                )
+                .bind(id)
+                .bind(state as i32 as i64)
+                .bind(error)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(q("finish job"))?;
+                tx.commit().await.map_err(q("commit finish job"))
+            })
             .await
-            .map_err(q("finish job"))?;
-        Ok(())
     }
 
     /// The configs of a job, in spec order.
     pub async fn configs(&self, job_id: &str) -> Result<Vec<ConfigInfo>, StoreError> {
+        self.retry
+            .run("list configs", move || self.configs_once(job_id))
+            .await
+    }
+
+    async fn configs_once(&self, job_id: &str) -> Result<Vec<ConfigInfo>, StoreError> {
         let rows = sqlx::query("SELECT info FROM configs WHERE job_id = $1 ORDER BY position")
             .bind(job_id)
             .fetch_all(&self.pool)
@@ -332,6 +390,12 @@ impl Store {
 
     /// The trials of a job, in order.
     pub async fn trials(&self, job_id: &str) -> Result<Vec<TrialRow>, StoreError> {
+        self.retry
+            .run("list trials", move || self.trials_once(job_id))
+            .await
+    }
+
+    async fn trials_once(&self, job_id: &str) -> Result<Vec<TrialRow>, StoreError> {
         let rows = sqlx::query("SELECT * FROM trials WHERE job_id = $1 ORDER BY position")
             .bind(job_id)
             .fetch_all(&self.pool)
@@ -350,19 +414,30 @@ impl Store {
         state: TrialState,
         reason: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE trials SET state = $2, reason = $3 WHERE id = $1")
-            .bind(trial_id)
-            .bind(state as i32 as i64)
-            .bind(reason)
-            .execute(&self.pool)
+        self.retry
+            .run("set trial state", move || async move {
+                let mut tx = self.write_tx().await?;
+                sqlx::query("UPDATE trials SET state = $2, reason = $3 WHERE id = $1")
+                    .bind(trial_id)
+                    .bind(state as i32 as i64)
+                    .bind(reason)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(q("set trial state"))?;
+                tx.commit().await.map_err(q("commit trial state"))
+            })
             .await
-            .map_err(q("set trial state"))?;
-        Ok(())
     }
 
     /// Counts a new attempt of a trial and returns its number (1 for the first).
     pub async fn next_attempt(&self, trial_id: &str) -> Result<u32, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(q("begin next attempt"))?;
+        self.retry
+            .run("next attempt", move || self.next_attempt_once(trial_id))
+            .await
+    }
+
+    async fn next_attempt_once(&self, trial_id: &str) -> Result<u32, StoreError> {
+        let mut tx = self.write_tx().await?;
         sqlx::query("UPDATE trials SET attempts = attempts + 1 WHERE id = $1")
             .bind(trial_id)
             .execute(&mut *tx)

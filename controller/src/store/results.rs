@@ -7,9 +7,29 @@ use sqlx::Row;
 
 use super::{Store, StoreError, decode, q};
 
+/// Rows per telemetry INSERT: 7 parameters each, far below SQLite's 32,766 and PostgreSQL's
+/// 65,535 parameters per statement.
+const TELEMETRY_ROWS_PER_INSERT: usize = 256;
+
 impl Store {
     /// Inserts or replaces a run (a run is rewritten as it progresses: argv, facts, crash, end).
     pub async fn put_run(&self, run: &Run) -> Result<(), StoreError> {
+        let blob = &run.encode_to_vec();
+        self.retry
+            .run("put run", move || async move {
+                let mut tx = self.write_tx().await?;
+                self.put_run_in(&mut tx, run, blob).await?;
+                tx.commit().await.map_err(q("commit put run"))
+            })
+            .await
+    }
+
+    async fn put_run_in(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        run: &Run,
+        blob: &[u8],
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO runs (run_id, job_id, trial_id, attempt, state, run) \
              VALUES ($1, $2, $3, $4, $5, $6) \
@@ -20,8 +40,8 @@ impl Store {
         .bind(&run.trial_id)
         .bind(run.attempt as i64)
         .bind(run.state as i64)
-        .bind(run.encode_to_vec())
-        .execute(&self.pool)
+        .bind(blob)
+        .execute(&mut **tx)
         .await
         .map_err(q("put run"))?;
         Ok(())
@@ -29,6 +49,12 @@ impl Store {
 
     /// The runs of a job, by trial and attempt.
     pub async fn runs(&self, job_id: &str) -> Result<Vec<Run>, StoreError> {
+        self.retry
+            .run("list runs", move || self.runs_once(job_id))
+            .await
+    }
+
+    async fn runs_once(&self, job_id: &str) -> Result<Vec<Run>, StoreError> {
         let rows = sqlx::query(
             "SELECT run FROM runs WHERE job_id = $1 ORDER BY trial_id, attempt, run_id",
         )
@@ -46,6 +72,12 @@ impl Store {
 
     /// One run by id.
     pub async fn get_run(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        self.retry
+            .run("get run", move || self.get_run_once(run_id))
+            .await
+    }
+
+    async fn get_run_once(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
         let row = sqlx::query("SELECT run FROM runs WHERE run_id = $1")
             .bind(run_id)
             .fetch_optional(&self.pool)
@@ -63,16 +95,26 @@ impl Store {
     /// Stores a level result under `(job, trial, level index)`. Returns `false`, changing
     /// nothing, when that level was already stored (a replay, or a retry that ran it again).
     pub async fn put_level(&self, level: &StoredLevel) -> Result<bool, StoreError> {
+        // Retried whole: a retry after a commit whose answer was lost finds the level stored
+        // and says so, which is the truth.
+        self.retry
+            .run("put level", move || self.put_level_once(level))
+            .await
+    }
+
+    async fn put_level_once(&self, level: &StoredLevel) -> Result<bool, StoreError> {
         let result = level.result.clone().unwrap_or_default();
+        let index = i64::from(result.level_index);
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query(
             "INSERT INTO levels (job_id, trial_id, level_index, run_id, outcome, stored_unix_ms, \
-             level, gpu_power_w, error_rate, prefix_cache_hit_rate, burst) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             level, gpu_power_w, error_rate, prefix_cache_hit_rate, burst, lease_epoch) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (job_id, trial_id, level_index) DO NOTHING",
         )
         .bind(&level.job_id)
         .bind(&level.trial_id)
-        .bind(result.level_index as i64)
+        .bind(index)
         .bind(&level.run_id)
         .bind(result.outcome as i64)
         .bind(fleetbench_proto::now_unix_ms())
@@ -81,14 +123,32 @@ impl Store {
         .bind(result.error_rate)
         .bind(result.prefix_cache.as_ref().and_then(|c| c.hit_rate))
         .bind(i64::from(result.burst))
-        .execute(&self.pool)
+        .bind(level.lease_epoch as i64)
+        // Fresh parameter types per level (see figures::write_figures): gpu_power_w and the
+        // prefix-cache hit rate are NULL for some levels and numbers for others.
+        .persistent(false)
+        .execute(&mut *tx)
         .await
         .map_err(q("put level"))?;
-        Ok(done.rows_affected() == 1)
+        let stored = done.rows_affected() == 1;
+        if stored {
+            // The columns the result views read, in the same transaction: a level is in the
+            // views exactly when it is stored.
+            super::figures::write_figures(&mut tx, (&level.job_id, &level.trial_id, index), level)
+                .await?;
+        }
+        tx.commit().await.map_err(q("commit put level"))?;
+        Ok(stored)
     }
 
     /// Every level result of a job, by trial and level index, with its GPU power.
     pub async fn levels(&self, job_id: &str) -> Result<Vec<StoredLevel>, StoreError> {
+        self.retry
+            .run("list levels", move || self.levels_once(job_id))
+            .await
+    }
+
+    async fn levels_once(&self, job_id: &str) -> Result<Vec<StoredLevel>, StoreError> {
         let rows = sqlx::query(
             "SELECT level, gpu_power_w FROM levels WHERE job_id = $1 \
              ORDER BY trial_id, level_index",
@@ -117,6 +177,18 @@ impl Store {
         job_id: &str,
         min: f64,
     ) -> Result<Vec<(String, u32, f64)>, StoreError> {
+        self.retry
+            .run("levels with errors", move || {
+                self.levels_with_errors_once(job_id, min)
+            })
+            .await
+    }
+
+    async fn levels_with_errors_once(
+        &self,
+        job_id: &str,
+        min: f64,
+    ) -> Result<Vec<(String, u32, f64)>, StoreError> {
         let rows = sqlx::query(
             "SELECT trial_id, level_index, error_rate FROM levels \
              WHERE job_id = $1 AND error_rate >= $2 ORDER BY trial_id, level_index",
@@ -140,6 +212,14 @@ impl Store {
 
     /// Level indices of a trial already stored (what a re-run must skip).
     pub async fn stored_level_indices(&self, trial_id: &str) -> Result<Vec<u32>, StoreError> {
+        self.retry
+            .run("stored level indices", move || {
+                self.stored_level_indices_once(trial_id)
+            })
+            .await
+    }
+
+    async fn stored_level_indices_once(&self, trial_id: &str) -> Result<Vec<u32>, StoreError> {
         let rows =
             sqlx::query("SELECT level_index FROM levels WHERE trial_id = $1 ORDER BY level_index")
                 .bind(trial_id)
@@ -158,6 +238,18 @@ impl Store {
         trial_id: &str,
         level_index: u32,
     ) -> Result<Option<LevelOutcome>, StoreError> {
+        self.retry
+            .run("level outcome", move || {
+                self.level_outcome_once(trial_id, level_index)
+            })
+            .await
+    }
+
+    async fn level_outcome_once(
+        &self,
+        trial_id: &str,
+        level_index: u32,
+    ) -> Result<Option<LevelOutcome>, StoreError> {
         let row =
             sqlx::query("SELECT outcome FROM levels WHERE trial_id = $1 AND level_index = $2")
                 .bind(trial_id)
@@ -170,7 +262,7 @@ impl Store {
             .and_then(|o| LevelOutcome::try_from(o as i32).ok()))
     }
 
-    /// Appends telemetry points of a job.
+    /// Appends telemetry points of a job (in one transaction).
     pub async fn put_telemetry(
         &self,
         job_id: &str,
@@ -179,22 +271,61 @@ impl Store {
         if points.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(q("begin telemetry"))?;
-        for p in points {
-            sqlx::query(
-                "INSERT INTO telemetry (job_id, run_id, host, series, gpu, unix_ms, value) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(job_id)
-            .bind(&p.run_id)
-            .bind(&p.host)
-            .bind(&p.series)
-            .bind(p.gpu.map(|g| g as i64))
-            .bind(p.unix_ms)
-            .bind(p.value)
-            .execute(&mut *tx)
+        self.retry
+            .run("put telemetry", move || {
+                self.put_telemetry_once(job_id, points)
+            })
             .await
-            .map_err(q("put telemetry"))?;
+    }
+
+    async fn put_telemetry_once(
+        &self,
+        job_id: &str,
+        points: &[TelemetryPoint],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write_tx().await?;
+        // SQLite gets anonymous `?` parameters: sqlx looks up every numbered parameter's name,
+        // a walk over all of the statement's names, so a statement of n numbered parameters
+        // cost n² (with 1,792 per statement, a fifth of the controller's CPU at 1,000 hosts).
+        let anonymous = self.backend == super::Backend::Sqlite;
+        // Many rows per statement: a relay batch of 1,000 hosts is tens of thousands of points,
+        // and one statement per row cost more than the rest of the controller together.
+        for chunk in points.chunks(TELEMETRY_ROWS_PER_INSERT) {
+            let mut sql = String::from(
+                "INSERT INTO telemetry (job_id, run_id, host, series, gpu, unix_ms, value) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                let b = i * 7;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                if anonymous {
+                    sql.push_str("(?, ?, ?, ?, ?, ?, ?)");
+                    continue;
+                }
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6,
+                    b + 7
+                ));
+            }
+            let mut query = sqlx::query(&sql);
+            for p in chunk {
+                query = query
+                    .bind(job_id)
+                    .bind(&p.run_id)
+                    .bind(&p.host)
+                    .bind(&p.series)
+                    .bind(p.gpu.map(|g| g as i64))
+                    .bind(p.unix_ms)
+                    .bind(p.value);
+            }
+            query.execute(&mut *tx).await.map_err(q("put telemetry"))?;
         }
         tx.commit().await.map_err(q("commit telemetry"))?;
         Ok(())
@@ -202,6 +333,12 @@ impl Store {
 
     /// The telemetry points of a job, oldest first.
     pub async fn telemetry(&self, job_id: &str) -> Result<Vec<TelemetryPoint>, StoreError> {
+        self.retry
+            .run("list telemetry", move || self.telemetry_once(job_id))
+            .await
+    }
+
+    async fn telemetry_once(&self, job_id: &str) -> Result<Vec<TelemetryPoint>, StoreError> {
         let rows = sqlx::query(
             "SELECT run_id, host, series, gpu, unix_ms, value FROM telemetry \
              WHERE job_id = $1 ORDER BY unix_ms, host, series",

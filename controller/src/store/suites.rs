@@ -56,6 +56,19 @@ impl From<&controllerpb::SuiteRun> for SuiteRun {
 impl Store {
     /// Records a suite run (again: replaces the earlier record of the same job).
     pub async fn put_suite_run(&self, r: &SuiteRun) -> Result<(), StoreError> {
+        self.retry
+            .run("put suite run", move || async move {
+                let mut tx = self.write_tx().await?;
+                Self::put_suite_run_in(&mut tx, r).await?;
+                tx.commit().await.map_err(q("commit suite run"))
+            })
+            .await
+    }
+
+    async fn put_suite_run_in(
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        r: &SuiteRun,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO suite_runs (job_id, suite, tag, passed, regressions, baseline_job_id, \
              created_unix_ms, verdicts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
@@ -71,7 +84,7 @@ impl Store {
         .bind(&r.baseline_job_id)
         .bind(r.created_unix_ms)
         .bind(&r.verdicts)
-        .execute(&self.pool)
+        .execute(&mut **tx)
         .await
         .map_err(q("put suite run"))?;
         Ok(())
@@ -79,6 +92,12 @@ impl Store {
 
     /// The runs of a suite, newest first.
     pub async fn suite_runs(&self, suite: &str) -> Result<Vec<SuiteRun>, StoreError> {
+        self.retry
+            .run("list suite runs", move || self.suite_runs_once(suite))
+            .await
+    }
+
+    async fn suite_runs_once(&self, suite: &str) -> Result<Vec<SuiteRun>, StoreError> {
         let rows = sqlx::query(
             "SELECT job_id, suite, tag, passed, regressions, baseline_job_id, created_unix_ms, \
              verdicts FROM suite_runs WHERE suite = $1 ORDER BY created_unix_ms DESC, job_id DESC",

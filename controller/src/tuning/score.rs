@@ -322,6 +322,7 @@ mod tests {
                 ..Default::default()
             }),
             gpu_power_w: watts,
+            lease_epoch: 0,
             ..Default::default()
         }
     }

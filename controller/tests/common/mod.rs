@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use fleetbench_testkit::process;
 
 use fleetbench_proto::controllerpb::{
-    GetJobRequest, Job, JobState, controller_client::ControllerClient,
+    GetJobRequest, Job, JobEvent, JobState, SubmitJobRequest, WatchJobRequest,
+    controller_client::ControllerClient, job_event,
 };
 use tonic::transport::Channel;
 
@@ -33,10 +34,22 @@ pub fn spawn_agent_toml(dir: &Path, name: &str, toml: &str) -> Proc {
 
 /// Writes a controller config with these agents and a SQLite store in `dir`.
 pub fn controller_config(dir: &Path, listen: &str, agents: &[&Proc]) -> PathBuf {
+    let store = format!("sqlite://{}", dir.join("controller.db").display());
+    write_controller_config(&dir.join("controller.toml"), listen, &store, "", agents)
+}
+
+/// Writes a controller config to `path`: `listen`, `store_url`, heartbeats every 500 ms, the
+/// `extra` top-level lines, and these agents as `[[hosts]]`.
+pub fn write_controller_config(
+    path: &Path,
+    listen: &str,
+    store_url: &str,
+    extra: &str,
+    agents: &[&Proc],
+) -> PathBuf {
     let mut text = format!(
-        "listen = \"{listen}\"\nstore_url = \"sqlite://{}\"\nheartbeat_interval = \"500ms\"\n\
-         host_wait = \"60s\"\n",
-        dir.join("controller.db").display()
+        "listen = \"{listen}\"\nstore_url = \"{store_url}\"\nheartbeat_interval = \"500ms\"\n\
+         host_wait = \"60s\"\n{extra}"
     );
     for a in agents {
         text.push_str(&format!(
@@ -44,9 +57,16 @@ pub fn controller_config(dir: &Path, listen: &str, agents: &[&Proc]) -> PathBuf 
             a.name, a.addr
         ));
     }
-    let path = dir.join("controller.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
+}
+
+/// Agents named `names` in `dir`, each with its own sim port.
+pub fn spawn_agents(dir: &Path, names: &[&str]) -> Vec<Proc> {
+    names
+        .iter()
+        .map(|n| spawn_agent(dir, n, fleetbench_testkit::free_port()))
+        .collect()
 }
 
 pub fn spawn_controller(config: &Path, log: &Path) -> Proc {
@@ -123,4 +143,135 @@ concurrency = [1, 2, 4, 8]
 requests = 12
 "#
     )
+}
+
+pub type Client = ControllerClient<Channel>;
+pub type Events = tonic::Streaming<JobEvent>;
+
+/// Submits `spec` (it must be accepted) and returns the job's id.
+pub async fn submit(client: &mut Client, spec: String, file_name: &str) -> String {
+    let resp = client
+        .submit_job(SubmitJobRequest {
+            spec_toml: spec,
+            file_name: file_name.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.errors.is_empty(), "{:?}", resp.errors);
+    resp.job_id
+}
+
+/// The job's event stream (its stored events first, then live ones).
+pub async fn watch(client: &mut Client, job_id: &str) -> Events {
+    client
+        .watch_job(WatchJobRequest {
+            job_id: job_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// The next event of a running job (panics after two minutes without one, or at its end).
+pub async fn next_event(events: &mut Events) -> JobEvent {
+    tokio::time::timeout(Duration::from_secs(120), events.message())
+        .await
+        .expect("job events keep coming")
+        .unwrap()
+        .expect("job still running")
+}
+
+/// Reads events until `n` levels are stored: (trial id, level index) → the run that stored it.
+pub async fn stored_levels(
+    events: &mut Events,
+    n: usize,
+) -> std::collections::BTreeMap<(String, u32), String> {
+    let mut out = std::collections::BTreeMap::new();
+    while out.len() < n {
+        if let Some(job_event::Event::Level(l)) = next_event(events).await.event {
+            out.insert((l.trial_id, l.result.unwrap().level_index), l.run_id);
+        }
+    }
+    out
+}
+
+/// A PostgreSQL database of a test's own on `FLEETBENCH_TEST_POSTGRES_URL` (scripts/test.sh
+/// starts the server and sets it), so the migrations run from nothing and runs never collide.
+pub struct TestDatabase {
+    pub url: String,
+    base: String,
+    name: String,
+}
+
+impl TestDatabase {
+    pub async fn create(tag: &str) -> TestDatabase {
+        let base = std::env::var("FLEETBENCH_TEST_POSTGRES_URL").expect(
+            "FLEETBENCH_TEST_POSTGRES_URL is not set: this test needs PostgreSQL \
+             (scripts/test.sh starts one and sets it)",
+        );
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("fleetbench_{tag}_{}_{nanos}", std::process::id());
+        let admin = fleetbench_controller::store::Store::open(&base)
+            .await
+            .expect("the test PostgreSQL");
+        admin
+            .execute_raw(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        admin.close().await;
+        let (prefix, _) = base.rsplit_once('/').expect("the URL names a database");
+        TestDatabase {
+            url: format!("{prefix}/{name}"),
+            base,
+            name,
+        }
+    }
+
+    /// Drops the database (its connections are closed by force).
+    pub async fn remove(self) {
+        let admin = fleetbench_controller::store::Store::open(&self.base)
+            .await
+            .expect("the test PostgreSQL");
+        admin
+            .execute_raw(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .await
+            .unwrap();
+        admin.close().await;
+    }
+}
+
+/// An in-process controller's config: a SQLite store in `dir`, heartbeats every 300 ms, these
+/// agents as its hosts.
+pub fn local_config(dir: &Path, agents: &[&Proc]) -> fleetbench_controller::ControllerConfig {
+    let mut cfg = fleetbench_controller::ControllerConfig::local(&format!(
+        "sqlite://{}",
+        dir.join("controller.db").display()
+    ));
+    cfg.heartbeat_interval = Duration::from_millis(300);
+    cfg.hosts = agents
+        .iter()
+        .map(|a| fleetbench_controller::HostConfig {
+            name: a.name.clone(),
+            address: a.addr.to_string(),
+            labels: Default::default(),
+        })
+        .collect();
+    cfg
+}
+
+/// Starts a controller in this process.
+pub async fn start_local(
+    cfg: fleetbench_controller::ControllerConfig,
+) -> fleetbench_controller::ControllerHandle {
+    fleetbench_controller::start(cfg, fleetbench_controller::metrics::Metrics::new())
+        .await
+        .unwrap()
 }

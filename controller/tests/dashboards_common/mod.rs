@@ -104,12 +104,32 @@ pub fn traceql_queries(dashboards: &[(String, Value)]) -> Vec<Query> {
     queries_of(dashboards, "tempo", "query")
 }
 
-/// The template variables' queries (`label_values(...)`), as (dashboard, name, query).
+/// The datasource type of Grafana's PostgreSQL data source.
+pub const POSTGRES: &str = "grafana-postgresql-datasource";
+
+/// Every SQL query of every panel (PostgreSQL data source).
+pub fn sql_queries(dashboards: &[(String, Value)]) -> Vec<Query> {
+    queries_of(dashboards, POSTGRES, "rawSql")
+}
+
+/// The Prometheus template variables' queries (`label_values(...)`), as (dashboard, name, query).
 pub fn variable_queries(dashboards: &[(String, Value)]) -> Vec<(String, String, String)> {
+    variable_queries_of(dashboards, "prometheus")
+}
+
+/// The PostgreSQL template variables' queries (SQL), as (dashboard, name, query), in order.
+pub fn sql_variable_queries(dashboards: &[(String, Value)]) -> Vec<(String, String, String)> {
+    variable_queries_of(dashboards, POSTGRES)
+}
+
+fn variable_queries_of(
+    dashboards: &[(String, Value)],
+    kind: &str,
+) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     for (name, d) in dashboards {
         for v in d["templating"]["list"].as_array().into_iter().flatten() {
-            if v["type"] == "query" {
+            if v["type"] == "query" && v["datasource"]["type"] == kind {
                 let q = v["query"]["query"]
                     .as_str()
                     .or_else(|| v["query"].as_str())
@@ -140,6 +160,41 @@ pub fn substitute(query: &str, vars: &HashMap<&str, String>) -> String {
         s = s.replace(&format!("${n}"), &vars[*n]);
     }
     s
+}
+
+/// Grafana's SQL macros and template variables in a PostgreSQL query, as Grafana expands them:
+/// `$__timeFilter(col)` → `col BETWEEN '<from>' AND '<to>'` (RFC 3339), `$__timeFrom()`,
+/// `$__timeTo()`; a multi-value variable → its values quoted and comma-separated (`'a','b'`).
+pub fn substitute_sql(
+    query: &str,
+    vars: &HashMap<&str, Vec<String>>,
+    from_rfc3339: &str,
+    to_rfc3339: &str,
+) -> String {
+    let mut s = query
+        .replace("$__timeFrom()", &format!("'{from_rfc3339}'"))
+        .replace("$__timeTo()", &format!("'{to_rfc3339}'"));
+    while let Some(at) = s.find("$__timeFilter(") {
+        let rest = &s[at + "$__timeFilter(".len()..];
+        let close = rest.find(')').expect("$__timeFilter( is closed");
+        let col = rest[..close].trim().to_string();
+        s = format!(
+            "{}{col} BETWEEN '{from_rfc3339}' AND '{to_rfc3339}'{}",
+            &s[..at],
+            &rest[close + 1..]
+        );
+    }
+    let quoted: HashMap<&str, String> = vars
+        .iter()
+        .map(|(k, vs)| {
+            let list: Vec<String> = vs
+                .iter()
+                .map(|v| format!("'{}'", v.replace('\'', "''")))
+                .collect();
+            (*k, list.join(","))
+        })
+        .collect();
+    substitute(&s, &quoted)
 }
 
 /// Metric names and label names a PromQL expression selects or groups by.

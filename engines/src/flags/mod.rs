@@ -14,12 +14,19 @@ pub enum FlagType {
     Switch,
     /// An integer, optionally bounded.
     Int { min: Option<i64>, max: Option<i64> },
+    /// An integer that may carry a size suffix, as vLLM's `human_readable_int` reads it:
+    /// `8k` = 8000 and `25.6k` = 25600 (k, m, g, t: powers of 1000), `8K` = 8192 (K, M, G, T:
+    /// powers of 1024, whole numbers only), and `8Ki` = 8192 (SGLang's IEC spelling).
+    HumanInt { min: Option<i64> },
     /// A floating-point number, optionally bounded.
     Float { min: Option<f64>, max: Option<f64> },
     /// One of a fixed set of strings.
     Choice { values: Vec<String> },
     /// Any string.
     String,
+    /// A flag passed through from the engine's own argument list whose form fleetbench does
+    /// not know (the engine could not be asked): with or without a value.
+    Any,
     /// A flat JSON object whose keys must be listed (see [`json`]).
     Json {
         #[serde(default)]
@@ -62,21 +69,28 @@ pub enum FlagError {
     /// The same setting twice (an alias, a prefix, or `--no-x` after `--x`).
     #[error("flag {flag:?} is given more than once (as {canonical:?})")]
     Repeated { flag: String, canonical: String },
+    /// A flag the engine's own argument list does not hold: this build would refuse it.
+    #[error(
+        "flag {flag:?} is not accepted by this engine build (its own --help does not list it{hint})"
+    )]
+    NotInEngine { flag: String, hint: String },
     /// A name that is not a flag at all (no leading '-', whitespace, too long).
     #[error("flag {flag:?} is malformed: {reason}")]
     Malformed { flag: String, reason: String },
 }
 
+pub mod help;
 pub mod json;
 mod policy;
 mod tables;
 
+pub use help::{EngineArgs, HelpOption};
 pub use json::{JsonKey, check_json};
 pub use policy::{Checked, FlagPolicy, MAX_FLAG_VALUE_LEN};
 
 pub use tables::{
-    SGLANG_ATTENTION_BACKENDS, SGLANG_KV_CACHE_DTYPES, SGLANG_MOE_RUNNER_BACKENDS, builtin_rules,
-    canonical_flag,
+    DEPRECATED, SGLANG_ATTENTION_BACKENDS, SGLANG_KV_CACHE_DTYPES, SGLANG_MOE_A2A_BACKENDS,
+    SGLANG_MOE_RUNNER_BACKENDS, builtin_rules, canonical_flag, replacement,
 };
 
 use crate::EngineKind;
@@ -97,9 +111,14 @@ impl FlagType {
         match self {
             FlagType::Switch => "no value (the flag is a switch)".to_string(),
             FlagType::Int { min, max } => format!("an integer{}", bounds(min, max)),
+            FlagType::HumanInt { min } => format!(
+                "an integer{} (a suffix k/m/g/t or K/M/G/T may scale it: 8k, 16K)",
+                bounds(min, &None)
+            ),
             FlagType::Float { min, max } => format!("a number{}", bounds(min, max)),
             FlagType::Choice { values } => format!("one of {}", values.join(", ")),
             FlagType::String => "a value".to_string(),
+            FlagType::Any => "a value or none".to_string(),
             FlagType::Json { keys } if keys.is_empty() => {
                 "a JSON object (the profile allows no keys yet)".to_string()
             }
@@ -125,7 +144,11 @@ impl FlagType {
     fn accepts(&self, value: Option<&str>) -> bool {
         match (self, value) {
             (FlagType::Switch, v) => v.is_none(),
+            (FlagType::Any, v) => v.is_none_or(|v| !v.is_empty()),
             (_, None) => false,
+            (FlagType::HumanInt { min }, Some(v)) => {
+                human_int(v).is_some_and(|n| min.is_none_or(|m| n >= m))
+            }
             (FlagType::Int { min, max }, Some(v)) => v
                 .trim()
                 .parse::<i64>()
@@ -138,6 +161,39 @@ impl FlagType {
             (FlagType::Json { keys }, Some(v)) => check_json(keys, v).is_ok(),
         }
     }
+}
+
+/// The value of an integer with an optional size suffix (see [`FlagType::HumanInt`]).
+pub fn human_int(v: &str) -> Option<i64> {
+    let v = v.trim();
+    if let Ok(n) = v.parse::<i64>() {
+        return Some(n);
+    }
+    let split = v.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, suffix) = v.split_at(split);
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+        return None;
+    }
+    let decimal = |p: u32| 1000f64.powi(p as i32);
+    let binary = |p: u32| 1024i64.checked_pow(p);
+    let (scale, whole_only) = match suffix {
+        "k" => (decimal(1), false),
+        "m" => (decimal(2), false),
+        "g" => (decimal(3), false),
+        "t" => (decimal(4), false),
+        "K" | "Ki" => (binary(1)? as f64, true),
+        "M" | "Mi" => (binary(2)? as f64, true),
+        "G" | "Gi" => (binary(3)? as f64, true),
+        "T" | "Ti" => (binary(4)? as f64, true),
+        _ => return None,
+    };
+    if whole_only {
+        let n: i64 = num.parse().ok()?;
+        return n.checked_mul(scale as i64);
+    }
+    let x: f64 = num.parse().ok()?;
+    let n = (x * scale).trunc();
+    (n.is_finite() && n < i64::MAX as f64).then_some(n as i64)
 }
 
 /// A choice written `name=N` accepts `name=` followed by a non-negative integer (the

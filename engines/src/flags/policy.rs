@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{FlagError, FlagRule, FlagType, tables};
+use super::{EngineArgs, FlagError, FlagRule, FlagType, tables};
 use crate::EngineKind;
 
 /// The longest flag value accepted, in bytes.
@@ -31,6 +31,8 @@ struct Entry {
     allowed: bool,
     /// It can load code or files: only `allow` turns it on.
     gated: bool,
+    /// The engine's own argument list was read and does not hold it.
+    absent: bool,
 }
 
 /// Which flags a caller may give one profile, under every spelling.
@@ -110,6 +112,7 @@ impl FlagPolicy {
                 ty,
                 allowed: false,
                 gated: false,
+                absent: false,
             })
             .collect();
         entries.extend(
@@ -120,6 +123,7 @@ impl FlagPolicy {
                     ty,
                     allowed: false,
                     gated: true,
+                    absent: false,
                 }),
         );
         FlagPolicy {
@@ -146,9 +150,110 @@ impl FlagPolicy {
                 ty: rule.ty,
                 allowed: true,
                 gated: false,
+                absent: false,
             }),
         }
         Ok(())
+    }
+
+    /// Checks this policy against the engine's own argument list (`--help`, see
+    /// [`EngineArgs`]): a known flag the build does not list is refused from now on, and the
+    /// build's own aliases of a known flag are learnt (SGLang's `--tp`). Then the profile's
+    /// `pass_through` names: flags unknown to fleetbench, or known flags whose values the build
+    /// knows better, typed from the build's list (a switch, its choices, or a value). A
+    /// pass-through name the build does not list is refused here.
+    pub fn apply_engine_args(
+        &mut self,
+        args: &EngineArgs,
+        pass_through: &[String],
+    ) -> Result<(), String> {
+        for e in &mut self.entries {
+            match e.names.iter().find_map(|n| args.find(n)) {
+                Some(o) => {
+                    for n in &o.names {
+                        if !e.names.contains(n) {
+                            e.names.push(n.clone());
+                        }
+                    }
+                }
+                None => e.absent = true,
+            }
+        }
+        for name in pass_through {
+            let Some(o) = args.find(name) else {
+                return Err(format!(
+                    "{name:?} is not in the engine's own argument list: it cannot be passed through"
+                ));
+            };
+            let ty = if !o.takes_value {
+                FlagType::Switch
+            } else if let Some(c) = &o.choices {
+                FlagType::Choice { values: c.clone() }
+            } else {
+                FlagType::String
+            };
+            self.pass(name, o.names.clone(), ty)?;
+        }
+        Ok(())
+    }
+
+    /// The profile's `pass_through` names when the engine's own list could not be read: a
+    /// known flag's choices widen to any value, an unknown flag takes a value or none.
+    pub fn pass_through_unread(&mut self, pass_through: &[String]) -> Result<(), String> {
+        for name in pass_through {
+            let (names, ty) = match self.entries.iter().find(|e| e.names.contains(name)) {
+                Some(e) => (
+                    e.names.clone(),
+                    match &e.ty {
+                        FlagType::Choice { .. } => FlagType::String,
+                        t => t.clone(),
+                    },
+                ),
+                None => (vec![name.clone()], FlagType::Any),
+            };
+            self.pass(name, names, ty)?;
+        }
+        Ok(())
+    }
+
+    fn pass(&mut self, name: &str, names: Vec<String>, ty: FlagType) -> Result<(), String> {
+        let (n, v) = split_name(name, None).map_err(|e| e.to_string())?;
+        if v.is_some() || n != name {
+            return Err(format!("{name:?}: pass_through names a flag, without '='"));
+        }
+        match self
+            .entries
+            .iter_mut()
+            .find(|e| e.names.iter().any(|x| names.contains(x)))
+        {
+            Some(e) if e.gated => Err(format!(
+                "{name:?} can load code or files: name it in allow_flags, not pass_through"
+            )),
+            Some(e) => {
+                e.ty = ty;
+                e.allowed = true;
+                e.absent = false;
+                for x in names {
+                    if !e.names.contains(&x) {
+                        e.names.push(x);
+                    }
+                }
+                Ok(())
+            }
+            None => {
+                // The canonical name is the one the profile wrote.
+                let mut all = vec![name.to_string()];
+                all.extend(names.into_iter().filter(|x| x != name));
+                self.entries.push(Entry {
+                    names: all,
+                    ty,
+                    allowed: true,
+                    gated: false,
+                    absent: false,
+                });
+                Ok(())
+            }
+        }
     }
 
     /// Turns on a flag by name (any of its spellings): how a profile allows a risky flag.
@@ -173,7 +278,7 @@ impl FlagPolicy {
     pub fn rules(&self) -> Vec<FlagRule> {
         self.entries
             .iter()
-            .filter(|e| e.allowed)
+            .filter(|e| e.allowed && !e.absent)
             .flat_map(|e| {
                 e.names
                     .iter()
@@ -195,7 +300,7 @@ impl FlagPolicy {
         let mut names: Vec<&str> = self
             .entries
             .iter()
-            .filter(|e| e.allowed)
+            .filter(|e| e.allowed && !e.absent)
             .flat_map(|e| e.names.iter().map(String::as_str))
             .collect();
         names.sort_unstable();
@@ -286,6 +391,14 @@ impl FlagPolicy {
         let key = conflict_key(&canonical);
         if pinned.contains(&key) {
             return Err(FlagError::Pinned { flag: name });
+        }
+        if entry.absent {
+            let hint = if canonical != name {
+                format!(", nor {canonical}")
+            } else {
+                String::new()
+            };
+            return Err(FlagError::NotInEngine { flag: name, hint });
         }
         if !entry.allowed {
             return Err(if entry.gated {

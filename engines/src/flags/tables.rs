@@ -1,6 +1,9 @@
 //! The built-in flag tables. Names and choices come from the engines' own argument parsers
-//! (sglang 0.5.9 `server_args.py` and 0.5.23 `arg_groups/`, vllm 0.33 `arg_utils.py`,
-//! `llama-server --help` of the packaged build). Where a choice list changed between versions,
+//! (sglang 0.5.9 `server_args.py`, 0.5.23 `arg_groups/` and main's `server_args.py`
+//! (`MOE_A2A_BACKEND_CHOICES`), vllm 0.33 `arg_utils.py` (`human_readable_int`, deprecated
+//! flags), `llama-server --help` of the packaged build). The agent reads the engine's own
+//! `--help` at start and narrows or extends these (see `help`); they stand alone only when the
+//! engine cannot be asked. Where a choice list changed between versions,
 //! the union is allowed: refusing a value one supported version accepts would block a real
 //! experiment, while the engine itself still rejects a value its version lacks.
 
@@ -17,6 +20,10 @@ fn int(min: i64) -> FlagType {
         min: Some(min),
         max: None,
     }
+}
+
+fn human_int(min: i64) -> FlagType {
+    FlagType::HumanInt { min: Some(min) }
 }
 
 fn any_int() -> FlagType {
@@ -66,6 +73,21 @@ pub const SGLANG_MOE_RUNNER_BACKENDS: &[&str] = &[
     "hpc_ops",
     "megamoe",
     "intel_xpu",
+];
+
+/// SGLang `--moe-a2a-backend` choices: 0.5.9, 0.5.23 and main (`MOE_A2A_BACKEND_CHOICES`).
+pub const SGLANG_MOE_A2A_BACKENDS: &[&str] = &[
+    "none",
+    "deepep",
+    "mooncake",
+    "mori",
+    "nixl",
+    "ascend_fuseep",
+    "flashinfer",
+    "megamoe",
+    "deepep_v2",
+    "pplx",
+    "ascend_tp",
 ];
 
 /// SGLang attention backends, 0.5.9 and 0.5.23 together.
@@ -128,8 +150,10 @@ const DTYPES: &[&str] = &["auto", "half", "float16", "bfloat16", "float", "float
 
 fn sglang_rows() -> Vec<Row> {
     vec![
-        (&["--tp-size", "--tensor-parallel-size"], int(1)),
-        (&["--dp-size", "--data-parallel-size"], int(1)),
+        // `--tp`/`--dp` are what argparse's prefix matching makes of `--tp-size`/`--dp-size`
+        // and what recipes write; they are canonicalised, so the engine sees the full name.
+        (&["--tp-size", "--tensor-parallel-size", "--tp"], int(1)),
+        (&["--dp-size", "--data-parallel-size", "--dp"], int(1)),
         (&["--ep-size", "--expert-parallel-size", "--ep"], int(1)),
         (&["--pp-size", "--pipeline-parallel-size"], int(1)),
         (&["--attn-dp-size"], int(1)),
@@ -139,7 +163,8 @@ fn sglang_rows() -> Vec<Row> {
         (&["--mem-fraction-static"], float(0.0, Some(1.0))),
         (&["--disable-cuda-graph"], SW),
         (&["--disable-cuda-graph-padding"], SW),
-        (&["--cuda-graph-max-bs"], int(1)),
+        // 0 is valid upstream: no decode batch is captured.
+        (&["--cuda-graph-max-bs"], int(0)),
         (&["--cuda-graph-max-bs-decode"], int(1)),
         (&["--cuda-graph-max-bs-prefill"], int(1)),
         (
@@ -154,18 +179,7 @@ fn sglang_rows() -> Vec<Row> {
             &["--moe-runner-backend"],
             choice(SGLANG_MOE_RUNNER_BACKENDS),
         ),
-        (
-            &["--moe-a2a-backend"],
-            choice(&[
-                "none",
-                "deepep",
-                "mooncake",
-                "mori",
-                "nixl",
-                "ascend_fuseep",
-                "flashinfer",
-            ]),
-        ),
+        (&["--moe-a2a-backend"], choice(SGLANG_MOE_A2A_BACKENDS)),
         (&["--attention-backend"], choice(SGLANG_ATTENTION_BACKENDS)),
         (
             &["--prefill-attention-backend"],
@@ -252,8 +266,9 @@ fn vllm_rows() -> Vec<Row> {
         (&["--enforce-eager"], SW),
         (&["--gpu-memory-utilization"], float(0.0, Some(1.0))),
         (&["--max-num-seqs"], int(1)),
-        (&["--max-num-batched-tokens"], int(1)),
-        (&["--max-model-len"], int(1)),
+        // vLLM reads both with `human_readable_int`: `8k`, `16K` and `25.6k` are valid.
+        (&["--max-num-batched-tokens"], human_int(1)),
+        (&["--max-model-len"], human_int(1)),
         (
             &["--kv-cache-dtype"],
             choice(&[
@@ -282,7 +297,8 @@ fn vllm_rows() -> Vec<Row> {
         (&["--scheduling-policy"], choice(&["fcfs", "priority"])),
         (&["--dtype"], choice(DTYPES)),
         (&["--quantization", "-q"], STR),
-        (&["--cuda-graph-sizes"], STR),
+        // Replaces the deprecated `--cuda-graph-sizes` (see DEPRECATED).
+        (&["--max-cudagraph-capture-size"], int(1)),
         (&["--attention-backend"], STR),
         (&["--swap-space"], float(0.0, None)),
         (&["--cpu-offload-gb"], float(0.0, None)),
@@ -291,7 +307,9 @@ fn vllm_rows() -> Vec<Row> {
         (&["--served-model-name"], STR),
         (&["--seed"], any_int()),
         (&["--enable-force-include-usage"], SW),
-        (&["--disable-log-requests"], SW),
+        // Replaces the deprecated `--disable-log-requests` (see DEPRECATED).
+        (&["--enable-log-requests"], SW),
+        (&["--no-enable-log-requests"], SW),
         (&["--disable-log-stats"], SW),
     ]
 }
@@ -474,6 +492,29 @@ pub(super) fn gated_rows(kind: EngineKind) -> Vec<Row> {
         ],
         EngineKind::Generic => Vec::new(),
     }
+}
+
+/// Flags the engines deprecated, with what replaced them: refused with the replacement named,
+/// so that a spec moves on instead of breaking at the next engine upgrade.
+pub const DEPRECATED: &[(EngineKind, &str, &str)] = &[
+    (
+        EngineKind::Vllm,
+        "--disable-log-requests",
+        "--no-enable-log-requests (request logging is off by default)",
+    ),
+    (
+        EngineKind::Vllm,
+        "--cuda-graph-sizes",
+        "--max-cudagraph-capture-size, or cudagraph_capture_sizes in --compilation-config",
+    ),
+];
+
+/// What replaced a deprecated flag of `kind`, if `name` is one.
+pub fn replacement(kind: EngineKind, name: &str) -> Option<&'static str> {
+    DEPRECATED
+        .iter()
+        .find(|(k, n, _)| *k == kind && *n == name)
+        .map(|(_, _, r)| *r)
 }
 
 /// The tuning flags callers may set on a built-in kind, one rule per name (aliases included:

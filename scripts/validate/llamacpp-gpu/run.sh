@@ -64,6 +64,8 @@ client_ca = "$WORK/certs/ca.pem"
 
 [profiles.llamacpp]
 kind = "llamacpp"
+# The device machine runs everything as root and has no engine user (docs/security.md).
+run_as_root = true
 program = "$LLAMA_BIN/llama-server"
 models = [$models_list]
 port = $P_ENGINE

@@ -128,7 +128,9 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             }
             "--max-running-requests" => out.max_running_requests = Some(positive_int(f, v)?),
             "--disable-cuda-graph" => out.disable_cuda_graph = true,
-            "--cuda-graph-max-bs" => out.cuda_graph_max_bs = Some(positive_int(f, v)?),
+            // 0 is valid in SGLang: no decode batch is captured (the model then never uses a
+            // graph, as `batch <= 0` never holds).
+            "--cuda-graph-max-bs" => out.cuda_graph_max_bs = Some(num(f, v, "int")?),
             "--moe-runner-backend" => out.moe_runner_backend = backend(f, v)?,
             "--tp-size" => {
                 let tp = positive_int(f, v)?;

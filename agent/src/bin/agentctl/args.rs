@@ -55,15 +55,21 @@ pub enum Command {
     /// Stop what runs and start an engine; prints the lifecycle events until ready or failed
     /// (exit status 1 when it failed).
     Apply(ApplyArgs),
-    /// Stop the engine and wait until its processes are gone.
+    /// Stop the engine and wait until its processes are gone. Refused while a job holds the
+    /// engine's lease, unless --take-lease.
     Stop {
+        #[command(flatten)]
+        lease: TakeLease,
         #[arg(long)]
         json: bool,
     },
-    /// The engine's state, facts and last crash.
+    /// The engine's state, facts and last crash. With --watch: printed again on every change
+    /// of the engine or its lease (the agent's `WatchEngine` stream) until interrupted.
     Engine {
         #[arg(long)]
         json: bool,
+        #[arg(long)]
+        watch: bool,
     },
     /// The engine's log.
     Logs {
@@ -107,9 +113,25 @@ pub struct ApplyArgs {
     /// Identity of this run (names its log file); the agent makes one when empty.
     #[arg(long, default_value = "")]
     pub run_id: String,
+    #[command(flatten)]
+    pub lease: TakeLease,
     /// One JSON object per event.
     #[arg(long)]
     pub json: bool,
+}
+
+/// An operator's override of a job's lease on the engine.
+#[derive(Debug, Args)]
+pub struct TakeLease {
+    /// Take the engine's lease from whoever holds it (a job's trial is then fenced off: its
+    /// next call to the agent is refused, and the controller re-runs the interrupted level).
+    /// The lease is released again when the command is done; `apply` leaves its engine
+    /// running, unleased.
+    #[arg(long)]
+    pub take_lease: bool,
+    /// Why the lease is taken: shown to the fenced job and in the agent's log.
+    #[arg(long, default_value = "", requires = "take_lease")]
+    pub lease_reason: String,
 }
 
 impl ApplyArgs {
@@ -138,6 +160,7 @@ impl ApplyArgs {
                 port: self.port,
             }),
             run_id: self.run_id.clone(),
+            lease_epoch: 0,
         })
     }
 }

@@ -68,7 +68,7 @@ pub fn host(h: &agentpb::HostFacts, as_json: bool) {
             "kernel": h.kernel, "cpu_count": h.cpu_count, "memory_total_bytes": h.memory_total_bytes,
             "driver_version": h.driver_version, "cuda_driver_version": h.cuda_driver_version,
             "gpu_unavailable_reason": h.gpu_unavailable_reason, "gpus": gpus, "profiles": profiles,
-            "labels": h.labels});
+            "labels": h.labels, "lease": h.lease.as_ref().map(lease_json), "lease_note": h.lease_note});
         println!("{v}");
         return;
     }
@@ -119,6 +119,7 @@ pub fn host(h: &agentpb::HostFacts, as_json: bool) {
             }
         );
     }
+    print_lease(h.lease.as_ref(), &h.lease_note);
 }
 
 fn crash_json(c: &agentpb::Crash) -> Value {
@@ -220,7 +221,8 @@ pub fn status(s: &agentpb::EngineStatus, as_json: bool) {
         let v = json!({"state": state_name(s.state), "spec": spec, "config_id": s.config_id,
             "run_id": s.run_id, "pid": s.pid, "base_url": s.base_url, "since_unix_ms": s.since_unix_ms,
             "facts": s.facts.iter().map(|f| (f.key.clone(), Value::from(f.value.clone()))).collect::<Map<_, _>>(),
-            "last_crash": s.last_crash.as_ref().map(crash_json), "log_path": s.log_path, "argv": s.argv});
+            "last_crash": s.last_crash.as_ref().map(crash_json), "log_path": s.log_path, "argv": s.argv,
+            "lease": s.lease.as_ref().map(lease_json), "lease_note": s.lease_note});
         println!("{v}");
         return;
     }
@@ -258,6 +260,31 @@ pub fn status(s: &agentpb::EngineStatus, as_json: bool) {
     }
     if let Some(c) = &s.last_crash {
         print_crash(c);
+    }
+    print_lease(s.lease.as_ref(), &s.lease_note);
+}
+
+fn lease_json(l: &agentpb::Lease) -> Value {
+    json!({"epoch": l.epoch, "owner": l.owner, "job_id": l.job_id, "trial_id": l.trial_id,
+           "ttl_ms": l.ttl_ms, "acquired_unix_ms": l.acquired_unix_ms,
+           "expires_unix_ms": l.expires_unix_ms})
+}
+
+/// The lease line of `engine` and `host`.
+pub fn print_lease(l: Option<&agentpb::Lease>, note: &str) {
+    match l {
+        Some(l) => println!(
+            "lease: epoch {} held by {} for job {:?} trial {:?}, expires in {:.1} s",
+            l.epoch,
+            l.owner,
+            l.job_id,
+            l.trial_id,
+            (l.expires_unix_ms - fleetbench_proto::now_unix_ms()) as f64 / 1000.0
+        ),
+        None => println!("lease: none"),
+    }
+    if !note.is_empty() {
+        println!("last lease: {note}");
     }
 }
 

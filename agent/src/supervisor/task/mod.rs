@@ -11,6 +11,7 @@ use fleetbench_proto::agentpb::{
     self, EngineEvent, EngineState, LogFact, Spawned, Stopped, Stopping, engine_event::Event,
 };
 use fleetbench_proto::now_unix_ms;
+
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -23,7 +24,11 @@ use super::{Command, Snapshot, SupervisorConfig};
 use crate::http::HttpClient;
 use crate::profile::LaunchPlan;
 
+mod end;
+mod events;
 mod readiness;
+
+use events::send;
 
 use readiness::probe_after;
 
@@ -71,6 +76,8 @@ struct Engine {
     output_done: tokio::task::JoinHandle<()>,
     probe: ProbeFuture,
     span: tracing::Span,
+    /// Members that left the group, as last written to the leftover note.
+    noted_strays: Vec<(i32, u64)>,
 }
 
 pub(super) struct Task {
@@ -86,20 +93,8 @@ pub(super) struct Task {
     /// A command taken off the channel early (a newer apply that superseded one in flight).
     pending: Option<Command>,
     generation: u64,
-}
-
-fn event(e: Event) -> EngineEvent {
-    EngineEvent {
-        unix_ms: now_unix_ms(),
-        event: Some(e),
-    }
-}
-
-async fn send(events: &Option<mpsc::Sender<EngineEvent>>, e: Event) {
-    if let Some(tx) = events {
-        // A caller that went away does not stop the engine.
-        let _ = tx.send(event(e)).await;
-    }
+    /// The live lease's epoch (0: none).
+    lease: watch::Receiver<u64>,
 }
 
 impl Task {
@@ -110,6 +105,7 @@ impl Task {
         logs: LogHub,
         gpus: Gpus,
         http: HttpClient,
+        lease: watch::Receiver<u64>,
     ) -> Task {
         Task {
             cfg,
@@ -122,6 +118,7 @@ impl Task {
             apply_events: None,
             pending: None,
             generation: 0,
+            lease,
         }
     }
 
@@ -177,9 +174,10 @@ impl Task {
                 Command::Apply {
                     plan,
                     run_id,
+                    epoch,
                     events,
                     span,
-                } => self.apply(*plan, run_id, events, span).await,
+                } => self.apply(*plan, run_id, epoch, events, span).await,
                 Command::Stop { reason, reply } => {
                     if self.stop_engine(&reason).await.is_none()
                         && self.state.borrow().state == EngineState::Failed
@@ -205,14 +203,35 @@ impl Task {
         self.state.send_modify(f);
     }
 
+    /// Whether an apply checked under `epoch` lost its lease since (then it starts nothing and
+    /// its stream ends with a Stopping event that says so).
+    fn fenced(&self, epoch: u64, events: &Option<mpsc::Sender<EngineEvent>>) -> bool {
+        let live = *self.lease.borrow();
+        if live == epoch {
+            return false;
+        }
+        let reason = if epoch == 0 {
+            format!("a lease (epoch {live}) was acquired before the engine started")
+        } else {
+            format!("fenced: lease epoch {epoch} ended before the engine started")
+        };
+        tracing::warn!(epoch, live, "{reason}");
+        send(events, Event::Stopping(Stopping { pid: 0, reason }));
+        true
+    }
+
     async fn apply(
         &mut self,
         plan: LaunchPlan,
         run_id: String,
+        epoch: u64,
         events: mpsc::Sender<EngineEvent>,
         parent: tracing::Span,
     ) {
         let events = Some(events);
+        if self.fenced(epoch, &events) {
+            return;
+        }
         let span = tracing::info_span!(
             parent: &parent,
             "engine.apply",
@@ -223,12 +242,13 @@ impl Task {
             fleetbench.engine.profile = %plan.profile,
         );
         if let Some(prev) = self.apply_events.take() {
-            let _ = prev
-                .send(event(Event::Stopping(Stopping {
+            send(
+                &Some(prev),
+                Event::Stopping(Stopping {
                     pid: 0,
                     reason: "superseded by another ApplyEngine".into(),
-                })))
-                .await;
+                }),
+            );
         }
         if let Some(e) = &self.engine {
             let pid = e.pid;
@@ -238,14 +258,13 @@ impl Task {
                     pid,
                     reason: "replaced by ApplyEngine".into(),
                 }),
-            )
-            .await;
+            );
             let stopped = self
                 .stop_engine("replaced by ApplyEngine")
                 .instrument(span.clone())
                 .await;
             if let Some(s) = stopped {
-                send(&events, Event::Stopped(s)).await;
+                send(&events, Event::Stopped(s));
             }
         }
         // A newer command that arrived while the old engine was stopping wins over this one.
@@ -261,8 +280,7 @@ impl Task {
                     pid: 0,
                     reason: reason.into(),
                 }),
-            )
-            .await;
+            );
             self.pending = Some(next);
             return;
         }
@@ -283,6 +301,9 @@ impl Task {
             return;
         }
         let gpu_before = GpuBaseline::measure(&self.gpus).await;
+        if self.fenced(epoch, &events) {
+            return;
+        }
         let started = match spawn(&plan, &run_id, &self.cfg.data_dir, &self.logs) {
             Ok(s) => s,
             Err(e) => {
@@ -331,8 +352,7 @@ impl Task {
                 config_id: plan.config_id.clone(),
                 log_path: log_path_s,
             }),
-        )
-        .await;
+        );
         let now = Instant::now();
         self.engine = Some(Engine {
             child,
@@ -357,6 +377,7 @@ impl Task {
             facts_open: true,
             output_done,
             span,
+            noted_strays: Vec::new(),
         });
         self.apply_events = events;
     }
@@ -380,7 +401,7 @@ impl Task {
             s.since_unix_ms = now_unix_ms();
             s.last_crash = Some(crash.clone());
         });
-        send(events, Event::Failed(crash)).await;
+        send(events, Event::Failed(crash));
     }
 
     async fn on_fact(&mut self, fact: LogFact) {
@@ -393,154 +414,6 @@ impl Task {
         }
         let facts = e.facts.clone();
         self.publish(|s| s.facts = facts);
-        send(&self.apply_events, Event::Fact(fact)).await;
-    }
-
-    /// The engine's child exited on its own.
-    async fn on_exit(&mut self, status: std::io::Result<std::process::ExitStatus>) {
-        let Some(e) = &mut self.engine else { return };
-        use std::os::unix::process::ExitStatusExt;
-        let (code, signal) = match &status {
-            Ok(s) => (s.code(), s.signal()),
-            Err(_) => (None, None),
-        };
-        // Let the output readers catch up so the crash carries the last lines (workers may
-        // keep the pipes open: bounded wait).
-        let _ = tokio::time::timeout(Duration::from_secs(2), &mut e.output_done).await;
-        while let Ok(f) = e.facts_rx.try_recv() {
-            match e.facts.iter_mut().find(|x| x.key == f.key) {
-                Some(x) => x.value = f.value,
-                None => e.facts.push(f),
-            }
-        }
-        let msg = match (code, signal) {
-            (Some(c), _) => format!("engine exited with code {c}"),
-            (_, Some(s)) => format!("engine killed by signal {s}"),
-            _ => "engine exited".to_string(),
-        };
-        self.fail_running(
-            ExitInfo {
-                code,
-                signal,
-                ..Default::default()
-            },
-            msg,
-        )
-        .await;
-    }
-
-    fn classify_now(
-        &self,
-        plan: &LaunchPlan,
-        run_id: &str,
-        info: ExitInfo,
-        note: String,
-    ) -> agentpb::Crash {
-        let tail = self.logs.tail_text(run_id, CRASH_TAIL);
-        let c = classify(plan.kind, &info, &tail);
-        let mut crash = crate::convert::crash_to_proto(c, tail, info.code, info.signal);
-        if crash.summary.is_empty() {
-            crash.summary = note.clone();
-        }
-        if crash.message.is_empty() {
-            crash.message = note;
-        }
-        crash
-    }
-
-    /// Publishes a classified failure of the running engine, then stops what is left of it.
-    async fn fail_running(&mut self, info: ExitInfo, note: String) {
-        let Some(e) = &self.engine else { return };
-        let crash = self.classify_now(&e.plan, &e.run_id, info, note);
-        let facts = e.facts.clone();
-        e.span.in_scope(|| {
-            tracing::warn!(class = crash.class().as_str_name(), exception_type = %crash.exception_type, summary = %crash.summary, "engine failed")
-        });
-        // Published before the cleanup so a running benchmark learns of it at once.
-        self.publish(|s| {
-            s.state = EngineState::Failed;
-            s.since_unix_ms = now_unix_ms();
-            s.facts = facts;
-            s.last_crash = Some(crash.clone());
-        });
-        let events = self.apply_events.take();
-        send(&events, Event::Failed(crash)).await;
-        self.release().await;
-    }
-
-    /// Stops the engine, if any, and waits until it is released. Returns what happened.
-    async fn stop_engine(&mut self, reason: &str) -> Option<Stopped> {
-        let pid = self.engine.as_ref()?.pid;
-        if let Some(ev) = self.apply_events.take() {
-            let _ = ev
-                .send(event(Event::Stopping(Stopping {
-                    pid,
-                    reason: reason.into(),
-                })))
-                .await;
-        }
-        self.publish(|s| {
-            s.state = EngineState::Stopping;
-            s.since_unix_ms = now_unix_ms();
-        });
-        let stopped = self.release().await;
-        self.publish(|s| {
-            s.state = EngineState::Idle;
-            s.pid = None;
-            s.since_unix_ms = now_unix_ms();
-        });
-        stopped
-    }
-
-    /// Signals the group (stop signal, grace, SIGKILL), reaps the child, and waits until no
-    /// process of the run holds GPU memory. `Stopped.took_s` runs from the stop signal until
-    /// that memory is free: the time the next engine has to wait, which is what a restart
-    /// costs (on an H200 a CUDA server's memory can outlive its exit by a fraction of a second).
-    async fn release(&mut self) -> Option<Stopped> {
-        let mut e = self.engine.take()?;
-        let span = tracing::info_span!(parent: &e.span, "engine.stop", pid = i64::from(e.pid), fleetbench.run.id = %e.run_id);
-        let began = std::time::Instant::now();
-        let outcome = async {
-            let out = stop_sequence(
-                &mut e.tracker,
-                e.plan.stop_signal,
-                e.plan.grace,
-                KILL_WAIT,
-                Duration::from_millis(50),
-            )
-            .await;
-            let _ = tokio::time::timeout(Duration::from_secs(2), e.child.wait()).await;
-            if out.gone {
-                super::leftover::clear(&self.cfg.data_dir);
-            }
-            e.output_done.abort();
-            let gpu_clear = wait_gpu_free(
-                &self.gpus,
-                &e.gpu_before,
-                e.tracker.known_pids(),
-                self.cfg.release_timeout,
-            )
-            .await;
-            let took = began.elapsed();
-            tracing::info!(
-                killed = out.killed,
-                gone = out.gone,
-                gpu_clear,
-                exit_s = out.took.as_secs_f64(),
-                gpu_free_s = (took - out.took.min(took)).as_secs_f64(),
-                took_s = took.as_secs_f64(),
-                "stopped"
-            );
-            (out, took)
-        }
-        .instrument(span)
-        .await;
-        self.publish(|s| s.pid = None);
-        let (outcome, took) = outcome;
-        Some(Stopped {
-            pid: e.pid,
-            took_s: took.as_secs_f64(),
-            killed: outcome.killed,
-        })
+        send(&self.apply_events, Event::Fact(fact));
     }
 }

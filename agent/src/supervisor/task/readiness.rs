@@ -20,7 +20,22 @@ impl Task {
         // Remember the group's members while its tree is intact: a worker that detaches and
         // is orphaned later is still recognised (and stopped) as the engine's.
         if matches!(e.phase, Phase::Ready { .. }) || matches!(result, Ok(200)) {
-            e.tracker.scan();
+            let root = e.tracker.root;
+            // `live` also reaps members that died after being reparented to the agent.
+            let mut strays: Vec<(i32, u64)> = e
+                .tracker
+                .live()
+                .iter()
+                .filter(|p| p.pgrp != root)
+                .map(|p| (p.pid, p.start_ticks))
+                .collect();
+            strays.sort_unstable();
+            // Workers that left the group go into the note a later agent reads, should this
+            // one die without stopping them.
+            if strays != e.noted_strays {
+                super::super::leftover::record_strays(&self.cfg.data_dir, e.pid, &strays);
+                e.noted_strays = strays;
+            }
         }
         let url = e.plan.health_url.clone();
         let ok = matches!(result, Ok(200));
@@ -46,7 +61,7 @@ impl Task {
                         s.since_unix_ms = now_unix_ms();
                     });
                     let events = self.apply_events.take();
-                    send(&events, Event::Ready(ready)).await;
+                    send(&events, Event::Ready(ready));
                     return;
                 }
                 *last_error = match result {
@@ -76,7 +91,7 @@ impl Task {
                         message: format!("still waiting for {url}: {last_error}"),
                     };
                     e.probe = probe_after(&self.http, &url, START_PROBE_EVERY, START_PROBE_TIMEOUT);
-                    send(&self.apply_events, Event::Waiting(w)).await;
+                    send(&self.apply_events, Event::Waiting(w));
                     return;
                 }
                 e.probe = probe_after(&self.http, &url, START_PROBE_EVERY, START_PROBE_TIMEOUT);

@@ -97,7 +97,7 @@ fn collector_translation_of_semconv_names() {
 #[test]
 fn every_catalogued_metric_has_a_distinct_valid_prometheus_name() {
     let mut seen = std::collections::HashSet::new();
-    for m in ALL {
+    for m in all() {
         let p = m.prometheus_name();
         assert!(
             p.chars()

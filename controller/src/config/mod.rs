@@ -62,6 +62,34 @@ pub struct ApiTls {
     pub client_ca: PathBuf,
 }
 
+/// Who may scrape `/metrics`. The series name jobs, hosts, models and configs: what a viewer
+/// reads through the API, so `viewer` asks for at least that role.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAuth {
+    /// Anyone who reaches the port: loopback only unless `metrics.unauthenticated_off_loopback`.
+    #[default]
+    None,
+    /// A viewer, operator or admin: a bearer token of `api.token`/`[[api.tokens]]` or a client
+    /// certificate of one of those roles (with `[metrics.tls]`).
+    Viewer,
+}
+
+/// `[metrics]`: how `/metrics` (at `metrics_listen`) is protected.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    #[serde(default)]
+    pub auth: MetricsAuth,
+    /// HTTPS for `/metrics`: server certificate and key, and the CA scrapers' client
+    /// certificates chain to (a client certificate is optional; a token also works).
+    pub tls: Option<ApiTls>,
+    /// Serve `/metrics` to anyone beyond loopback (no TLS, no auth). Off by default; a
+    /// non-loopback `metrics_listen` without auth is refused unless this names the choice.
+    #[serde(default)]
+    pub unauthenticated_off_loopback: bool,
+}
+
 /// Client material the controller presents to agents (mTLS).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,15 +125,26 @@ struct RawConfig {
     #[serde(default = "default_store")]
     store_url: String,
     metrics_listen: Option<String>,
+    #[serde(default)]
+    metrics: MetricsConfig,
     #[serde(default = "default_heartbeat")]
     heartbeat_interval: String,
     #[serde(default = "default_attempts")]
     trial_attempts: u32,
     #[serde(default = "default_host_wait")]
     host_wait: String,
+    #[serde(default = "default_lease_ttl")]
+    lease_ttl: String,
+    #[serde(default = "default_telemetry_interval")]
+    telemetry_interval: String,
+    #[serde(default = "default_metrics_job_ttl")]
+    metrics_job_ttl: String,
     otlp_endpoint: Option<String>,
     #[serde(default)]
     suites: Vec<crate::regress::schedule::ScheduledSuite>,
+    #[serde(default = "default_store_retry_for")]
+    store_retry_for: String,
+    advertise_url: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -122,6 +161,18 @@ fn default_attempts() -> u32 {
 }
 fn default_host_wait() -> String {
     "2m".into()
+}
+fn default_store_retry_for() -> String {
+    "60s".into()
+}
+fn default_lease_ttl() -> String {
+    "15s".into()
+}
+fn default_telemetry_interval() -> String {
+    "500ms".into()
+}
+fn default_metrics_job_ttl() -> String {
+    "10m".into()
 }
 
 /// The validated configuration.
@@ -140,11 +191,23 @@ pub struct ControllerConfig {
     pub store_url: String,
     /// Where `/metrics` is served; none: not served.
     pub metrics_listen: Option<SocketAddr>,
+    /// Who may scrape it, over what.
+    pub metrics: MetricsConfig,
     pub heartbeat_interval: Duration,
     /// Attempts a trial gets (a lost host costs one) before it counts as failed.
     pub trial_attempts: u32,
     /// How long a job waits for a matching ready host before it fails.
     pub host_wait: Duration,
+    /// TTL of the agent lease a trial holds on its host (renewed every third of it): how long
+    /// a partitioned host keeps its engine, and how long before its trial runs elsewhere.
+    pub lease_ttl: Duration,
+    /// The interval of the telemetry each busy host streams during a trial (100 ms or more).
+    /// Each level's GPU power is the mean of the samples inside it: a level shorter than a few
+    /// intervals gets a coarse figure.
+    pub telemetry_interval: Duration,
+    /// How long `/metrics` keeps a job's per-job series after the job ends (results live in the
+    /// store; Prometheus holds live series only).
+    pub metrics_job_ttl: Duration,
     pub otlp_endpoint: Option<String>,
     /// Resume queued/running jobs found in the store at start (a restarted controller picks its
     /// jobs up). The CLI's embedded controller turns it off: a job whose `fleetbench run` was
@@ -152,6 +215,12 @@ pub struct ControllerConfig {
     pub resume_jobs: bool,
     /// Regression suites run on a cron schedule (`[[suites]] path, cron, tag`).
     pub suites: Vec<crate::regress::schedule::ScheduledSuite>,
+    /// How long store operations retry transient errors (`store_retry_for`, default 60 s)
+    /// before the job they serve fails.
+    pub store_retry: crate::store::RetryPolicy,
+    /// The API URL clients reach this controller at, which a standby names to clients
+    /// (`advertise_url`; default `http[s]://` the bound listen address).
+    pub advertise_url: Option<String>,
 }
 
 impl ControllerConfig {
@@ -205,12 +274,18 @@ impl ControllerConfig {
             hosts: Vec::new(),
             store_url: store_url.to_string(),
             metrics_listen: None,
+            metrics: MetricsConfig::default(),
             heartbeat_interval: Duration::from_secs(1),
             trial_attempts: default_attempts(),
             host_wait: Duration::from_secs(30),
+            lease_ttl: Duration::from_secs(15),
+            telemetry_interval: Duration::from_millis(500),
+            metrics_job_ttl: Duration::from_secs(600),
             otlp_endpoint: None,
             resume_jobs: true,
             suites: Vec::new(),
+            store_retry: crate::store::RetryPolicy::default(),
+            advertise_url: None,
         }
     }
 }
@@ -241,6 +316,50 @@ fn address(field: &str, text: &str, problems: &mut Vec<String>) -> Option<Socket
     }
 }
 
+/// `/metrics` beyond loopback needs auth over TLS, or the named opt-in to an open endpoint; a
+/// token is never accepted over plaintext off loopback, as on the API.
+fn check_metrics(
+    listen: Option<SocketAddr>,
+    m: &MetricsConfig,
+    has_tokens: bool,
+    p: &mut Vec<String>,
+) {
+    if let Some(tls) = &m.tls
+        && let Err(e) =
+            fleetbench_support::tls::https_server_config(&tls.cert, &tls.key, &tls.client_ca)
+    {
+        p.push(format!("metrics.tls: {e}"));
+    }
+    if m.auth == MetricsAuth::Viewer && m.tls.is_none() && !has_tokens {
+        p.push(
+            "metrics.auth: \"viewer\" needs a way to prove the role: a token (api.token or \
+             [[api.tokens]]) or client certificates ([metrics.tls])"
+                .into(),
+        );
+    }
+    if m.auth == MetricsAuth::Viewer && m.unauthenticated_off_loopback {
+        p.push(
+            "metrics.unauthenticated_off_loopback: contradicts metrics.auth = \"viewer\"".into(),
+        );
+    }
+    let Some(a) = listen.filter(|a| !a.ip().is_loopback()) else {
+        return;
+    };
+    match m.auth {
+        MetricsAuth::None if !m.unauthenticated_off_loopback => p.push(format!(
+            "metrics_listen: {a} is not a loopback address and /metrics has no auth (its series \
+             name jobs, hosts and models): set [metrics] auth = \"viewer\" with [metrics.tls] \
+             (scrapers present a viewer certificate or token), or name the open endpoint with \
+             metrics.unauthenticated_off_loopback = true"
+        )),
+        MetricsAuth::Viewer if m.tls.is_none() => p.push(format!(
+            "metrics_listen: {a} is not a loopback address and metrics.tls is not set; a bearer \
+             token is never accepted over plaintext off loopback: configure [metrics.tls]"
+        )),
+        _ => {}
+    }
+}
+
 impl RawConfig {
     fn validate(self) -> Result<ControllerConfig, ConfigError> {
         let mut p = Vec::new();
@@ -251,6 +370,34 @@ impl RawConfig {
             .and_then(|m| address("metrics_listen", m, &mut p));
         let heartbeat_interval = duration("heartbeat_interval", &self.heartbeat_interval, &mut p);
         let host_wait = duration("host_wait", &self.host_wait, &mut p);
+        let store_retry = crate::store::RetryPolicy {
+            budget: duration("store_retry_for", &self.store_retry_for, &mut p),
+            ..crate::store::RetryPolicy::default()
+        };
+        if let Some(u) = &self.advertise_url
+            && !(u.starts_with("http://") || u.starts_with("https://"))
+        {
+            p.push(format!(
+                "advertise_url: {u:?} is not an http:// or https:// URL"
+            ));
+        }
+        let lease_ttl = duration("lease_ttl", &self.lease_ttl, &mut p);
+        if lease_ttl < Duration::from_secs(1) || lease_ttl > Duration::from_secs(600) {
+            p.push(format!(
+                "lease_ttl: {:?} is outside 1s to 10m (the agents' bounds)",
+                self.lease_ttl
+            ));
+        }
+        let telemetry_interval = duration("telemetry_interval", &self.telemetry_interval, &mut p);
+        if telemetry_interval < Duration::from_millis(100)
+            || telemetry_interval > Duration::from_secs(60)
+        {
+            p.push(format!(
+                "telemetry_interval: {:?} is outside 100ms..60s (agents refuse faster streams)",
+                self.telemetry_interval
+            ));
+        }
+        let metrics_job_ttl = duration("metrics_job_ttl", &self.metrics_job_ttl, &mut p);
         if self.trial_attempts == 0 {
             p.push("trial_attempts: must be at least 1".into());
         }
@@ -321,6 +468,12 @@ impl RawConfig {
                  may only listen on loopback"
             ));
         }
+        check_metrics(
+            metrics_listen,
+            &self.metrics,
+            api_token.is_some() || !scoped_tokens.is_empty(),
+            &mut p,
+        );
         if let Some(t) = &self.agent_tls {
             let domain = t.domain.clone().unwrap_or_else(|| "localhost".into());
             if let Err(e) = fleetbench_support::tls::client_tls(&t.ca, &t.cert, &t.key, &domain) {
@@ -364,84 +517,21 @@ impl RawConfig {
             hosts: self.hosts,
             store_url: self.store_url,
             metrics_listen,
+            metrics: self.metrics,
             heartbeat_interval,
             trial_attempts: self.trial_attempts,
             host_wait,
+            lease_ttl,
+            telemetry_interval,
+            metrics_job_ttl,
             otlp_endpoint: self.otlp_endpoint,
             resume_jobs: true,
             suites: self.suites,
+            store_retry,
+            advertise_url: self.advertise_url,
         })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_are_loopback_sqlite() {
-        let c = ControllerConfig::from_toml("").unwrap();
-        assert!(c.listen.ip().is_loopback());
-        assert!(c.store_url.starts_with("sqlite://"));
-        assert_eq!(c.heartbeat_interval, Duration::from_secs(2));
-        assert!(c.hosts.is_empty());
-    }
-
-    #[test]
-    fn every_problem_is_reported_with_its_field() {
-        let err = ControllerConfig::from_toml(
-            r#"
-            listen = "0.0.0.0:7070"
-            store_url = "mysql://x"
-            heartbeat_interval = "soon"
-            [[hosts]]
-            name = "a"
-            address = "10.0.0.1"
-            [[hosts]]
-            name = "a"
-            address = "10.0.0.2:7000"
-            "#,
-        )
-        .unwrap_err();
-        let text = err.to_string();
-        for needle in [
-            "listen: 0.0.0.0:7070 is not a loopback address",
-            "store_url: \"mysql://x\"",
-            "heartbeat_interval: \"soon\"",
-            "hosts[0].address: \"10.0.0.1\" is not host:port",
-            "hosts[1].name: \"a\" is listed twice",
-        ] {
-            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
-        }
-    }
-
-    #[test]
-    fn a_token_needs_tls_off_loopback_and_unknown_keys_are_refused() {
-        let err =
-            ControllerConfig::from_toml("listen = \"0.0.0.0:7070\"\n[api]\ntoken = \"s3cret\"\n")
-                .unwrap_err();
-        assert!(
-            err.to_string().contains("never accepted over plaintext"),
-            "{err}"
-        );
-        let c =
-            ControllerConfig::from_toml("listen = \"127.0.0.1:7070\"\n[api]\ntoken = \"s3cret\"\n")
-                .unwrap();
-        assert_eq!(c.api_token.as_deref(), Some("s3cret"));
-        let err = ControllerConfig::from_toml("lisen = \"127.0.0.1:1\"").unwrap_err();
-        assert!(err.to_string().contains("lisen"), "{err}");
-    }
-
-    #[test]
-    fn missing_tls_files_are_named() {
-        let err = ControllerConfig::from_toml(
-            "[agent_tls]\nca = \"/nonexistent/ca.pem\"\ncert = \"/x/c.pem\"\nkey = \"/x/k\"\n",
-        )
-        .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("agent_tls: cannot read /nonexistent/ca.pem"),
-            "{err}"
-        );
-    }
-}
+mod tests;

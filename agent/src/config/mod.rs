@@ -106,6 +106,69 @@ struct RawConfig {
     /// Directories dataset files (sharegpt, jsonl, trace) must lie under.
     #[serde(default)]
     dataset_roots: Vec<PathBuf>,
+    #[serde(default)]
+    engine_user: crate::engine_user::EngineUserConfig,
+    /// External targets: allowed origins and secret references (none by default).
+    #[serde(default)]
+    external: crate::external::RawExternal,
+    #[serde(default)]
+    gpu: RawGpu,
+}
+
+/// `[gpu]`: where GPU telemetry comes from.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpu {
+    /// `nvml` (default) or `dcgm-exporter`.
+    source: Option<String>,
+    /// dcgm-exporter's metrics URL, e.g. `http://127.0.0.1:9400/metrics`.
+    dcgm_exporter_url: Option<String>,
+}
+
+/// Where the agent reads GPU telemetry (facts and the P2P probe always use NVML/CUDA).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum GpuTelemetrySource {
+    /// NVML, loaded at run time.
+    #[default]
+    Nvml,
+    /// An existing dcgm-exporter's `/metrics` (plain HTTP, as dcgm-exporter serves by default).
+    DcgmExporter { url: String },
+}
+
+fn gpu_source(raw: RawGpu) -> Result<GpuTelemetrySource, ConfigError> {
+    match raw.source.as_deref().unwrap_or("nvml") {
+        "nvml" => {
+            if raw.dcgm_exporter_url.is_some() {
+                return Err(ConfigError::field(
+                    "gpu.dcgm_exporter_url",
+                    "only used with gpu.source = \"dcgm-exporter\"",
+                ));
+            }
+            Ok(GpuTelemetrySource::Nvml)
+        }
+        "dcgm-exporter" => {
+            let url = raw.dcgm_exporter_url.ok_or_else(|| {
+                ConfigError::field(
+                    "gpu.dcgm_exporter_url",
+                    "required with gpu.source = \"dcgm-exporter\" (e.g. http://127.0.0.1:9400/metrics)",
+                )
+            })?;
+            let ok = url
+                .strip_prefix("http://")
+                .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+            if !ok {
+                return Err(ConfigError::field(
+                    "gpu.dcgm_exporter_url",
+                    format!("{url:?}: expected http://HOST:PORT/metrics"),
+                ));
+            }
+            Ok(GpuTelemetrySource::DcgmExporter { url })
+        }
+        other => Err(ConfigError::field(
+            "gpu.source",
+            format!("{other:?}: expected \"nvml\" or \"dcgm-exporter\""),
+        )),
+    }
 }
 
 fn default_listen() -> String {
@@ -140,6 +203,13 @@ pub struct AgentConfig {
     pub release_timeout: Duration,
     /// Dataset files are read only under these (canonical) directories; none by default.
     pub dataset_roots: crate::allow::DatasetRoots,
+    /// Who engines run as where the agent is root; `None`: always the agent's own user (the
+    /// CLI's embedded agent runs the user's own spec as the user).
+    pub engine_user: Option<crate::engine_user::EngineUserConfig>,
+    /// What a benchmark against an external target may reach and reference.
+    pub external: crate::external::ExternalPolicy,
+    /// Where GPU telemetry samples come from (`[gpu]`).
+    pub gpu_source: GpuTelemetrySource,
 }
 
 impl AgentConfig {
@@ -166,6 +236,9 @@ impl AgentConfig {
             log_ring_lines: default_ring(),
             release_timeout: Duration::from_secs_f64(default_release_wait()),
             dataset_roots: crate::allow::DatasetRoots(vec![PathBuf::from("/")]),
+            engine_user: None,
+            external: crate::external::ExternalPolicy::open(),
+            gpu_source: GpuTelemetrySource::Nvml,
         }
     }
 
@@ -338,11 +411,13 @@ impl AgentConfig {
         let dataset_roots =
             crate::allow::canonical_roots("dataset_roots", &raw.dataset_roots, base)
                 .map_err(|m| ConfigError::field("dataset_roots", m))?;
+        let gpu_source = gpu_source(raw.gpu)?;
         let mut profiles = Profile::builtins();
         for (name, rp) in raw.profiles {
             let p = Profile::from_raw(&name, rp)?;
             profiles.insert(name, p);
         }
+        check_engine_user(&raw.engine_user, &tls, controller.as_ref())?;
         Ok(AgentConfig {
             name: raw.name.unwrap_or_else(crate::host::hostname),
             listen,
@@ -354,8 +429,43 @@ impl AgentConfig {
             log_ring_lines: raw.log_ring_lines,
             release_timeout: Duration::from_secs_f64(raw.release_timeout_s),
             dataset_roots: crate::allow::DatasetRoots(dataset_roots),
+            engine_user: Some(raw.engine_user),
+            external: crate::external::ExternalPolicy::from_raw(raw.external)?,
+            gpu_source,
         })
     }
+}
+
+/// Where the agent is root and its engine user exists: that user's groups must resolve and it
+/// must not be able to read the agent's keys (an engine could otherwise act as this agent). A
+/// missing user is no error here: engines are refused when asked for, naming it.
+fn check_engine_user(
+    cfg: &crate::engine_user::EngineUserConfig,
+    tls: &Option<TlsFiles>,
+    controller: Option<&ControllerConfig>,
+) -> Result<(), ConfigError> {
+    use crate::engine_user::{EngineUserError, agent_is_root, check_unreadable, resolve};
+    if !agent_is_root() {
+        return Ok(());
+    }
+    let creds = match resolve(cfg, "NAME") {
+        Ok(c) => c,
+        Err(EngineUserError::NoUser { .. }) => return Ok(()),
+        Err(e @ EngineUserError::NoGroup { .. }) => {
+            return Err(ConfigError::field("engine_user.groups", e.to_string()));
+        }
+        Err(e) => return Err(ConfigError::field("engine_user.name", e.to_string())),
+    };
+    let keys = [
+        tls.as_ref().map(|t| ("tls.key", &t.key)),
+        controller
+            .and_then(|c| c.tls.as_ref())
+            .map(|t| ("controller.tls.key", &t.key)),
+    ];
+    for (field, path) in keys.into_iter().flatten() {
+        check_unreadable(field, path, &creds).map_err(|m| ConfigError::field(field, m))?;
+    }
+    Ok(())
 }
 
 /// Helper for callers building profiles in code (the CLI's embedded mode, tests).
@@ -376,89 +486,4 @@ fn toml_value<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigErr
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn base() -> PathBuf {
-        std::env::temp_dir()
-    }
-
-    #[test]
-    fn insecure_only_on_loopback() {
-        let err = AgentConfig::from_toml(
-            "listen = \"0.0.0.0:7443\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n",
-            &base(),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("`insecure`"), "{err}");
-        assert!(err.to_string().contains("loopback"), "{err}");
-        let ok = AgentConfig::from_toml(
-            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n",
-            &base(),
-        )
-        .unwrap();
-        assert!(ok.tls.is_none());
-        assert!(ok.profiles.contains_key("sim"));
-    }
-
-    #[test]
-    fn tls_required_and_files_checked() {
-        let err =
-            AgentConfig::from_toml("listen = \"0.0.0.0:1\"\ndata_dir = \"/tmp/x\"\n", &base())
-                .unwrap_err();
-        assert!(err.to_string().contains("`tls`"), "{err}");
-        let err = AgentConfig::from_toml(
-            "data_dir = \"/tmp/x\"\n[tls]\ncert = \"/nonexistent/a.pem\"\nkey = \"/x\"\nclient_ca = \"/y\"\n",
-            &base(),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("tls.cert"), "{err}");
-    }
-
-    #[test]
-    fn bad_values_name_their_field() {
-        let err = AgentConfig::from_toml(
-            "listen = \"nonsense\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n",
-            &base(),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("`listen`"), "{err}");
-        let err = AgentConfig::from_toml(
-            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"/tmp/x\"\nlisten_typo = 1\n",
-            &base(),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("listen_typo"), "{err}");
-        let err = AgentConfig::from_toml(
-            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"/tmp/x\"\n[profiles.x]\nkind = \"sglangg\"\n",
-            &base(),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("sglangg"), "{err}");
-    }
-
-    #[test]
-    fn env_overrides_nested_fields() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.toml");
-        std::fs::write(
-            &path,
-            "listen = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"data\"\n[profiles.mysim]\nkind = \"sim\"\nprogram = \"/bin/true\"\nport = 31000\n",
-        )
-        .unwrap();
-        let env = BTreeMap::from([
-            (
-                "FLEETBENCH_AGENT__PROFILES__MYSIM__PORT".to_string(),
-                "31001".to_string(),
-            ),
-            (
-                "FLEETBENCH_AGENT__LABELS__RACK".to_string(),
-                "r7".to_string(),
-            ),
-        ]);
-        let cfg = AgentConfig::load_with_env(&path, env).unwrap();
-        assert_eq!(cfg.profiles["mysim"].port, 31001);
-        assert_eq!(cfg.labels["rack"], "r7");
-        assert_eq!(cfg.data_dir, dir.path().join("data"));
-    }
-}
+mod tests;

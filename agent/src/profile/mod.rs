@@ -16,6 +16,10 @@ use crate::allow::{EnvRule, MAX_ENV_VARS, ModelAllow, RawEnvEntry, default_env_r
 use crate::config::ConfigError;
 pub use crate::program::resolve_program;
 
+mod plan;
+#[cfg(test)]
+mod tests;
+
 /// Whether a profile's `flags` add to the kind's built-in rules or replace them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -39,6 +43,12 @@ pub struct RawProfile {
     /// Risky flags (code, weights or files) this profile turns on, by name.
     #[serde(default)]
     allow_flags: Vec<String>,
+    /// Flags fleetbench's tables do not know (or whose values the engine knows better), by
+    /// exact name: typed from the engine's own argument list. None by default.
+    #[serde(default)]
+    pass_through: Vec<String>,
+    /// Arguments that make the program print its argument list; `[]`: do not ask it.
+    help_args: Option<Vec<String>>,
     models: Option<Vec<String>>,
     /// Absolute directories model paths may lie under.
     #[serde(default)]
@@ -53,6 +63,10 @@ pub struct RawProfile {
     stop_signal: Option<String>,
     grace_s: Option<f64>,
     start_timeout_s: Option<f64>,
+    /// Where the agent runs as root: run this profile's engines as root too instead of as the
+    /// engine user. Off by default; the engine then can read everything root can.
+    #[serde(default)]
+    run_as_root: bool,
 }
 
 /// A validated engine profile.
@@ -65,8 +79,14 @@ pub struct Profile {
     pub program: String,
     /// Fixed arguments; `{port}`, `{model}` and `{host}` are substituted.
     pub args: Vec<String>,
-    /// Flags callers may set, under every spelling.
+    /// Flags callers may set, under every spelling (the profile's rules over the built-in
+    /// tables, before the engine's own list narrows or extends them).
     pub flags: FlagPolicy,
+    /// Exact flag names passed through, typed from the engine's own list.
+    pub pass_through: Vec<String>,
+    /// `program help_args…` prints the engine's argument list; `None`: not asked.
+    pub help_args: Option<Vec<String>>,
+    engine_args: crate::engine_args::Cache,
     /// Settings the fixed arguments pin (canonical flag names): no caller flag may set them.
     pub pinned: BTreeSet<String>,
     /// Models callers may ask for; none unless the profile lists them.
@@ -83,6 +103,8 @@ pub struct Profile {
     pub stop_signal: Signal,
     pub grace: Duration,
     pub start_timeout: Duration,
+    /// Its engines keep the agent's user even where the agent is root (`run_as_root`).
+    pub run_as_root: bool,
 }
 
 /// Why a request was refused. Nothing has been started when one of these is returned.
@@ -153,6 +175,9 @@ pub struct LaunchPlan {
     pub start_timeout: Duration,
     pub config_id: String,
     pub spec: agentpb::EngineSpec,
+    /// The user the engine is switched to; `None`: the agent's own. [`Profile::plan`] leaves it
+    /// `None`; the service sets it from `[engine_user]` (crate::engine_user).
+    pub run_as: Option<crate::engine_user::Credentials>,
 }
 
 fn parse_signal(s: &str) -> Option<Signal> {
@@ -182,6 +207,8 @@ impl Profile {
                     flags: Vec::new(),
                     flags_mode: FlagsMode::Extend,
                     allow_flags: Vec::new(),
+                    pass_through: Vec::new(),
+                    help_args: None,
                     models: None,
                     model_roots: Vec::new(),
                     env: BTreeMap::new(),
@@ -193,6 +220,7 @@ impl Profile {
                     stop_signal: None,
                     grace_s: None,
                     start_timeout_s: None,
+                    run_as_root: false,
                 };
                 // Built-in defaults are valid by construction; a program missing on this host
                 // is reported when the profile is used, not at start-up.
@@ -227,6 +255,10 @@ impl Profile {
             ));
         }
         let d = fleetbench_engines::defaults::defaults(raw.kind);
+        // fleetbench's own simulator (kind sim, its program found next to the agent) loads no
+        // weights and runs nothing a request names, so it keeps the agent's user; every other
+        // program drops to the engine user unless the profile names run_as_root.
+        let run_as_root = raw.run_as_root || (raw.kind == EngineKind::Sim && raw.program.is_none());
         let program = raw.program.unwrap_or_else(|| d.program.to_string());
         if program.is_empty() {
             return Err(ConfigError::field(
@@ -255,6 +287,17 @@ impl Profile {
                 .allow(name)
                 .map_err(|e| ConfigError::field(format!("{}[{i}]", field("allow_flags")), e))?;
         }
+        {
+            let mut probe = flags.clone();
+            probe
+                .pass_through_unread(&raw.pass_through)
+                .map_err(|e| ConfigError::field(field("pass_through"), e))?;
+        }
+        let help_args = match raw.help_args {
+            Some(a) if a.is_empty() => None,
+            Some(a) => Some(a),
+            None => crate::engine_args::default_help_args(raw.kind),
+        };
         let pinned = flags.pinned(&args);
         let mut names = raw.models.unwrap_or_default();
         let any = names.iter().any(|m| m == "*");
@@ -334,15 +377,24 @@ impl Profile {
             raw.start_timeout_s,
             d.start_timeout_s as f64,
         )?;
+        let mut env: BTreeMap<String, String> = d
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.extend(raw.env);
         Ok(Profile {
             name: name.to_string(),
             kind: raw.kind,
             program,
             args,
             flags,
+            pass_through: raw.pass_through,
+            help_args,
+            engine_args: Default::default(),
             pinned,
             models,
-            env: raw.env,
+            env,
             allowed_env,
             host,
             port,
@@ -351,118 +403,7 @@ impl Profile {
             stop_signal,
             grace,
             start_timeout,
-        })
-    }
-
-    /// Checks `spec` against this profile and builds the argv. Nothing runs here.
-    pub fn plan(&self, spec: &agentpb::EngineSpec) -> Result<LaunchPlan, RequestError> {
-        let program = resolve_program(&self.program).map_err(|reason| RequestError::Program {
-            program: self.program.clone(),
-            profile: self.name.clone(),
-            reason,
-        })?;
-        let model = spec.model.trim();
-        let needs_model = self.args.iter().any(|a| a.contains("{model}"));
-        if model.is_empty() && needs_model {
-            return Err(RequestError::MissingModel {
-                profile: self.name.clone(),
-            });
-        }
-        if !model.is_empty()
-            && let Err(why) = self.models.check(model)
-        {
-            return Err(RequestError::ModelNotAllowed {
-                model: model.chars().take(200).collect(),
-                profile: self.name.clone(),
-                allowed: format!(": {why} (allowed: {})", self.models.describe()),
-            });
-        }
-        let port = if spec.port == 0 {
-            self.port
-        } else {
-            u16::try_from(spec.port).unwrap_or(0)
-        };
-        if port == 0 {
-            return Err(RequestError::Flag(FlagError::BadValue {
-                flag: "port".into(),
-                expected: "a TCP port 1-65535".into(),
-                got: spec.port.to_string(),
-            }));
-        }
-        let subst = |a: &str| {
-            a.replace("{port}", &port.to_string())
-                .replace("{model}", model)
-                .replace("{host}", &self.host)
-        };
-        let fixed: Vec<String> = self.args.iter().map(|a| subst(a)).collect();
-
-        let checked = self.flags.check_all(
-            spec.flags
-                .iter()
-                .map(|f| (f.name.as_str(), f.value.as_deref())),
-            &self.pinned,
-        )?;
-        let mut flags: Vec<(String, Option<String>)> = Vec::new();
-        let mut flag_args: Vec<String> = Vec::new();
-        for c in checked {
-            // The canonical name, so the engine sees exactly the flag that was checked.
-            flag_args.push(c.canonical.clone());
-            flag_args.extend(c.value.clone());
-            flags.push((c.canonical, c.value));
-        }
-
-        if spec.env.len() > MAX_ENV_VARS {
-            return Err(RequestError::TooManyEnv(spec.env.len()));
-        }
-        let mut env = self.env.clone();
-        let mut spec_env: BTreeMap<String, String> = BTreeMap::new();
-        for (k, v) in &spec.env {
-            let Some(rule) = self.allowed_env.iter().find(|r| &r.name == k) else {
-                return Err(RequestError::EnvNotAllowed {
-                    var: k.chars().take(200).collect(),
-                    profile: self.name.clone(),
-                    allowed: if self.allowed_env.is_empty() {
-                        "none".into()
-                    } else {
-                        self.allowed_env
-                            .iter()
-                            .map(|r| r.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
-                });
-            };
-            rule.check(v).map_err(|expected| RequestError::EnvValue {
-                var: k.clone(),
-                expected,
-                got: v.chars().take(200).collect(),
-            })?;
-            spec_env.insert(k.clone(), v.clone());
-            env.insert(k.clone(), v.clone());
-        }
-
-        let mut argv = vec![program.to_string_lossy().into_owned()];
-        argv.extend(fixed);
-        argv.extend(flag_args);
-        let base_url = format!("http://{}:{port}", url_host(&self.host));
-        let config_id = fleetbench_engines::config_id(self.kind, model, &flags, &spec_env);
-        let mut spec = spec.clone();
-        spec.port = u32::from(port);
-        Ok(LaunchPlan {
-            profile: self.name.clone(),
-            kind: self.kind,
-            argv,
-            env,
-            host: self.host.clone(),
-            port,
-            health_url: format!("{base_url}{}", self.health_path),
-            metrics_url: self.metrics_path.as_ref().map(|p| format!("{base_url}{p}")),
-            base_url,
-            stop_signal: self.stop_signal,
-            grace: self.grace,
-            start_timeout: self.start_timeout,
-            config_id,
-            spec,
+            run_as_root,
         })
     }
 
@@ -491,124 +432,4 @@ impl Profile {
 fn default_metrics_path(d: &fleetbench_engines::defaults::KindDefaults) -> Option<String> {
     let p = d.metrics_path.to_string();
     if p.is_empty() { None } else { Some(p) }
-}
-
-fn url_host(host: &str) -> String {
-    match host {
-        "0.0.0.0" => "127.0.0.1".into(),
-        "::" => "[::1]".into(),
-        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
-        h => h.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn generic(extra: &str) -> Profile {
-        let text = format!(
-            "kind = \"generic\"\nprogram = \"/bin/sleep\"\nargs = [\"{{port}}\"]\nflags_mode = \"replace\"\n{extra}"
-        );
-        crate::config::profile_from_toml("g", &text).unwrap()
-    }
-
-    fn spec(flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
-        agentpb::EngineSpec {
-            profile: "g".into(),
-            model: String::new(),
-            flags: flags
-                .iter()
-                .map(|(n, v)| agentpb::Flag {
-                    name: n.to_string(),
-                    value: v.map(String::from),
-                })
-                .collect(),
-            env: Default::default(),
-            port: 4242,
-        }
-    }
-
-    #[test]
-    fn argv_is_fixed_args_then_checked_flags() {
-        let p = generic(
-            "[[flags]]\nname = \"--n\"\ntype = \"int\"\nmin = 1\n[[flags]]\nname = \"--fast\"\ntype = \"switch\"\n",
-        );
-        let plan = p
-            .plan(&spec(&[("--n", Some("3")), ("--fast", None)]))
-            .unwrap();
-        assert_eq!(plan.argv, vec!["/bin/sleep", "4242", "--n", "3", "--fast"]);
-        assert_eq!(plan.base_url, "http://127.0.0.1:4242");
-        let err = p.plan(&spec(&[("--n", Some("0"))])).unwrap_err();
-        assert!(err.to_string().contains("--n"), "{err}");
-        let err = p.plan(&spec(&[("--other", None)])).unwrap_err();
-        assert!(err.to_string().contains("--other"), "{err}");
-        let err = p
-            .plan(&spec(&[("--n", Some("1")), ("--n", Some("2"))]))
-            .unwrap_err();
-        assert!(
-            matches!(err, RequestError::Flag(FlagError::Repeated { .. })),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn env_and_models_are_checked() {
-        let err = crate::config::profile_from_toml(
-            "g",
-            "kind = \"generic\"\nprogram = \"/bin/sleep\"\nallowed_env = [\"FOO_*\"]\n",
-        )
-        .unwrap_err();
-        assert!(
-            err.to_string().contains("prefixes are not allowed"),
-            "{err}"
-        );
-        let p = generic(
-            "allowed_env = [\"FOO_BAR\", { name = \"LEVEL\", type = \"choice\", values = [\"a\"] }]\nmodels = [\"m1\"]\n",
-        );
-        let mut s = spec(&[]);
-        s.env.insert("LEVEL".into(), "b".into());
-        let err = p.plan(&s).unwrap_err();
-        assert!(err.to_string().contains("expected one of a"), "{err}");
-        s.env.insert("LEVEL".into(), "a".into());
-        s.env.insert("FOO_BAR".into(), "/etc/passwd".into());
-        let err = p.plan(&s).unwrap_err();
-        assert!(err.to_string().contains("no paths"), "{err}");
-        s.env.clear();
-        s.env.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
-        let err = p.plan(&s).unwrap_err();
-        assert!(err.to_string().contains("LD_PRELOAD"), "{err}");
-        s.env.clear();
-        s.env.insert("FOO_BAR".into(), "1".into());
-        s.model = "m2".into();
-        let err = p.plan(&s).unwrap_err();
-        assert!(err.to_string().contains("m2"), "{err}");
-        s.model = "m1".into();
-        let plan = p.plan(&s).unwrap();
-        assert_eq!(plan.env["FOO_BAR"], "1");
-    }
-
-    #[test]
-    fn config_id_ignores_flag_order() {
-        let p = generic(
-            "[[flags]]\nname = \"--a\"\ntype = \"switch\"\n[[flags]]\nname = \"--b\"\ntype = \"switch\"\n",
-        );
-        let x = p.plan(&spec(&[("--a", None), ("--b", None)])).unwrap();
-        let y = p.plan(&spec(&[("--b", None), ("--a", None)])).unwrap();
-        assert_eq!(x.config_id, y.config_id);
-    }
-
-    #[test]
-    fn programs_resolve_or_are_named() {
-        assert!(resolve_program("/bin/sh").is_ok());
-        assert!(resolve_program("sh").is_ok());
-        assert!(resolve_program("./sh").is_err());
-        assert!(resolve_program("definitely-not-a-program-xyz").is_err());
-        let err = crate::config::profile_from_toml(
-            "x",
-            "kind = \"generic\"\nprogram = \"/nonexistent/prog\"\n",
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("profiles.x.program"), "{err}");
-    }
 }

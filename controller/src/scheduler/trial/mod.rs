@@ -1,6 +1,9 @@
-//! One trial attempt on one host: start the engine (`ApplyEngine`, events relayed), run the
-//! benchmark (`RunBenchmark`, each level stored the moment it arrives), relay telemetry, and
-//! re-apply the engine when a level crashed it and levels remain.
+//! One trial attempt on one host: take the agent's lease, start the engine (`ApplyEngine`,
+//! events relayed), run the benchmark (`RunBenchmark`, each level stored the moment it arrives),
+//! relay telemetry, re-apply the engine when a level crashed it and levels remain, and release
+//! the lease (which stops the engine). Every call to the agent carries the lease's epoch; when
+//! the lease ends (fenced off by another holder, or not renewed through a partition) the
+//! attempt stops at once, the level in progress is not stored, and the trial runs again.
 
 use std::collections::HashMap;
 
@@ -15,10 +18,13 @@ use fleetbench_proto::now_unix_ms;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::lease::{AcquireError, AgentLease, LeaseEnd};
 use super::{Ctx, telemetry};
 use crate::agents::{AgentClient, Lease};
 use crate::spec::JobSpec;
 use crate::store::{StoreError, TrialRow};
+
+mod levels;
 
 /// How a trial attempt ended.
 #[derive(Debug)]
@@ -29,6 +35,9 @@ pub(crate) enum TrialOutcome {
     EngineFailed(String),
     /// The host stopped answering; the trial goes to another host as a new attempt.
     HostLost(String),
+    /// The agent's lease was fenced off (an operator took it) or held by another: the level in
+    /// progress is not stored and the trial runs again, preferably on another host.
+    Interrupted(String),
     Cancelled,
     Store(StoreError),
 }
@@ -36,6 +45,8 @@ pub(crate) enum TrialOutcome {
 /// Why a step stopped early.
 enum Stop {
     Lost(String),
+    /// A call was refused under our lease epoch (ABORTED): another holder has the engine.
+    Fenced(String),
     Rejected(String),
     Cancelled,
     Store(StoreError),
@@ -53,6 +64,7 @@ fn classify(what: &str, status: tonic::Status) -> Stop {
     use tonic::Code::*;
     let text = format!("{what}: {}: {}", status.code(), status.message());
     match status.code() {
+        Aborted => Stop::Fenced(text),
         InvalidArgument | FailedPrecondition | NotFound | PermissionDenied | Unauthenticated
         | Unimplemented | OutOfRange | AlreadyExists => Stop::Rejected(text),
         _ => Stop::Lost(text),
@@ -67,6 +79,8 @@ struct Attempt<'a> {
     client: AgentClient,
     run: Run,
     cancel: CancellationToken,
+    /// The agent lease this attempt holds; every call carries its epoch.
+    lease: &'a AgentLease,
     /// GPU power samples the telemetry relay keeps for this attempt's levels.
     power: telemetry::PowerLog,
 }
@@ -104,17 +118,73 @@ pub(crate) async fn run_trial(
         started_unix_ms: now_unix_ms(),
         ..Run::default()
     };
-    let mut a = Attempt {
-        ctx,
-        spec,
-        trial,
-        host: lease.host.clone(),
-        client: lease.client,
-        run,
-        cancel,
-        power: telemetry::PowerLog::default(),
-    };
-    async move {
+    let outcome = async {
+        // A trial against an external endpoint waits until no other trial loads it.
+        let _endpoint = match &spec.configs[trial.config_index as usize].target {
+            Some(t) => match ctx.endpoints.hold(&t.origin(), &cancel).await {
+                Some(hold) => Some(hold),
+                None => return TrialOutcome::Cancelled,
+            },
+            None => None,
+        };
+        // A host leased by another holder (an operator) is waited for, every second, up to
+        // host_wait: the trial keeps its place on the host and spends no attempt.
+        let began = std::time::Instant::now();
+        let agent_lease = loop {
+            match AgentLease::acquire(&lease.client, &trial.job_id, &trial.id, ctx.lease_ttl).await
+            {
+                Ok(l) => break l,
+                Err(AcquireError::Busy(e)) if began.elapsed() < ctx.host_wait => {
+                    tracing::info!(host = %lease.host, "waiting for the host's lease: {e}");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return TrialOutcome::Cancelled,
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    }
+                }
+                Err(AcquireError::Busy(e)) => {
+                    return TrialOutcome::Interrupted(format!(
+                        "host {} stayed leased by another holder for {}: {e}",
+                        lease.host,
+                        humantime::format_duration(ctx.host_wait)
+                    ));
+                }
+                Err(AcquireError::Unreachable(e) | AcquireError::Refused(e)) => {
+                    return TrialOutcome::HostLost(e);
+                }
+            }
+        };
+        let mut run = run;
+        run.lease_epoch = agent_lease.epoch;
+        // The run starts when its load can: after any wait for the endpoint or the lease.
+        run.started_unix_ms = now_unix_ms();
+        let mut a = Attempt {
+            ctx,
+            spec,
+            trial,
+            host: lease.host.clone(),
+            client: lease.client.clone(),
+            run,
+            cancel,
+            lease: &agent_lease,
+            power: telemetry::PowerLog::with_interval(ctx.telemetry_interval),
+        };
+        let outcome = a.attempt(&run_id).await;
+        agent_lease.release().await;
+        outcome
+    }
+    .instrument(span)
+    .await;
+    if let TrialOutcome::HostLost(reason) = &outcome {
+        lease.lost(reason);
+    }
+    outcome
+}
+
+impl Attempt<'_> {
+    /// The attempt under its lease: runs the trial until done, or until the lease ends.
+    async fn attempt(&mut self, run_id: &str) -> TrialOutcome {
+        let (ctx, trial) = (self.ctx, self.trial);
+        let a = self;
         if let Err(e) = ctx.store.put_run(&a.run).await {
             return TrialOutcome::Store(e);
         }
@@ -123,37 +193,58 @@ pub(crate) async fn run_trial(
         let tel = tokio::spawn(
             telemetry::relay(
                 telemetry::Relay {
-                    store: ctx.store.clone(),
+                    writer: ctx.telemetry.clone(),
                     power: a.power.clone(),
                     metrics: ctx.metrics.clone(),
                     client: a.client.clone(),
                     job_id: trial.job_id.clone(),
-                    run_id: run_id.clone(),
+                    run_id: run_id.to_string(),
                     host: a.host.clone(),
                     config_id: trial.config_id.clone(),
+                    interval: ctx.telemetry_interval,
                 },
                 tel_cancel.clone(),
             )
             .in_current_span(),
         );
-        let outcome = match a.body().await {
+        let lease = a.lease;
+        let epoch = lease.epoch;
+        // When the lease ends, the body (and its streams) is dropped where it stands: nothing
+        // the host still reports under that epoch is read.
+        let body = tokio::select! {
+            r = a.body() => r,
+            end = lease.ended() => Err(match end {
+                LeaseEnd::Fenced(m) => Stop::Fenced(format!("lease epoch {epoch} fenced off: {m}")),
+                LeaseEnd::Lost(m) => Stop::Lost(m),
+            }),
+        };
+        let outcome = match body {
             Ok(()) => TrialOutcome::Done,
             Err(Stop::Lost(e)) => TrialOutcome::HostLost(e),
+            Err(Stop::Fenced(e)) => TrialOutcome::Interrupted(e),
             Err(Stop::Rejected(e)) => TrialOutcome::EngineFailed(e),
             Err(Stop::Cancelled) => {
-                a.stop_engine().await;
+                // A deposed leader leaves the engine to the new one (which applies its own).
+                if !ctx.is_deposed() && !a.external() {
+                    a.stop_engine().await;
+                }
                 TrialOutcome::Cancelled
             }
             Err(Stop::Store(e)) => TrialOutcome::Store(e),
         };
         tel_cancel.cancel();
         let _ = tel.await;
+        // Nothing refreshes this host's GPU and engine gauges once the relay has stopped.
+        ctx.metrics.host_series_remove(&a.host);
         let (run_state, trial_state, reason) = match &outcome {
             TrialOutcome::Done => (RunState::Done, TrialState::Done, String::new()),
             TrialOutcome::EngineFailed(r) => {
                 (RunState::EngineFailed, TrialState::EngineFailed, r.clone())
             }
             TrialOutcome::HostLost(r) => (RunState::HostLost, TrialState::HostLost, r.clone()),
+            TrialOutcome::Interrupted(r) => {
+                (RunState::Interrupted, TrialState::Interrupted, r.clone())
+            }
             TrialOutcome::Cancelled => (
                 RunState::Cancelled,
                 TrialState::Cancelled,
@@ -162,6 +253,7 @@ pub(crate) async fn run_trial(
             TrialOutcome::Store(e) => (RunState::HostLost, TrialState::HostLost, e.to_string()),
         };
         a.run.state = run_state as i32;
+        a.run.reason = reason.clone();
         a.run.finished_unix_ms = now_unix_ms();
         if let Err(e) = ctx.store.put_run(&a.run).await {
             return TrialOutcome::Store(e);
@@ -173,11 +265,13 @@ pub(crate) async fn run_trial(
         }
         outcome
     }
-    .instrument(span)
-    .await
-}
 
-impl Attempt<'_> {
+    /// The config is an external target: no engine to start, stop or restart.
+    fn external(&self) -> bool {
+        self.spec.configs[self.trial.config_index as usize]
+            .target
+            .is_some()
+    }
     async fn trial_event(&self, state: TrialState, reason: &str) -> Result<(), StoreError> {
         let t = self.trial;
         let ev = TrialEvent {
@@ -213,12 +307,14 @@ impl Attempt<'_> {
                     "the agent kept ending the benchmark early; levels stored: {stored:?}"
                 )));
             }
-            self.ctx
-                .store
-                .set_trial_state(&self.trial.id, TrialState::StartingEngine, "")
-                .await?;
-            self.trial_event(TrialState::StartingEngine, "").await?;
-            self.apply().await?;
+            if !self.external() {
+                self.ctx
+                    .store
+                    .set_trial_state(&self.trial.id, TrialState::StartingEngine, "")
+                    .await?;
+                self.trial_event(TrialState::StartingEngine, "").await?;
+                self.apply().await?;
+            }
             self.ctx
                 .store
                 .set_trial_state(&self.trial.id, TrialState::Running, "")
@@ -267,6 +363,7 @@ impl Attempt<'_> {
             let req = ApplyEngineRequest {
                 spec: Some(self.spec.engine_spec(self.trial.config_index as usize)),
                 run_id: self.run.run_id.clone(),
+                lease_epoch: self.lease.epoch,
             };
             let mut client = self.client.clone();
             let cancel = self.cancel.clone();
@@ -340,182 +437,17 @@ impl Attempt<'_> {
         Stop::Rejected(summary)
     }
 
-    async fn bench(&mut self, skip: Vec<u32>) -> Result<(), Stop> {
-        let mut req = self
-            .spec
-            .benchmark_request(self.trial.workload_index as usize);
-        req.run_id = self.run.run_id.clone();
-        req.skip_levels = skip;
-        let mut client = self.client.clone();
-        let cancel = self.cancel.clone();
-        let mut stream = tokio::select! {
-            r = client.run_benchmark(req) => r.map_err(|s| classify("RunBenchmark", s))?.into_inner(),
-            _ = cancel.cancelled() => return Err(Stop::Cancelled),
-        };
-        let mut spans: HashMap<u32, tracing::Span> = HashMap::new();
-        loop {
-            let msg = tokio::select! {
-                m = stream.message() => m.map_err(|s| classify("RunBenchmark stream", s))?,
-                _ = cancel.cancelled() => return Err(Stop::Cancelled),
-            };
-            let Some(BenchmarkEvent { event, .. }) = msg else {
-                return Ok(());
-            };
-            match event {
-                Some(benchmark_event::Event::Progress(p)) => {
-                    spans
-                        .entry(p.level_index)
-                        .or_insert_with(|| self.level_span(p.level_index));
-                    let ev = LevelProgress {
-                        host: self.host.clone(),
-                        run_id: self.run.run_id.clone(),
-                        config_name: self.trial.config_name.clone(),
-                        level_count: self.trial.level_count,
-                        progress: Some(p),
-                    };
-                    self.ctx
-                        .hub
-                        .emit(&self.trial.job_id, job_event::Event::Progress(ev))
-                        .await?;
-                }
-                Some(benchmark_event::Event::Level(result)) => {
-                    let span = spans
-                        .remove(&result.level_index)
-                        .unwrap_or_else(|| self.level_span(result.level_index));
-                    record_level(&span, &result);
-                    self.store_level(result).instrument(span).await?;
-                }
-                None => {}
-            }
-        }
-    }
-
-    fn level_span(&self, index: u32) -> tracing::Span {
-        let c = &self.spec.configs[self.trial.config_index as usize];
-        let level = self
-            .spec
-            .benchmark_request(self.trial.workload_index as usize)
-            .levels
-            .get(index as usize)
-            .cloned()
-            .unwrap_or_default();
-        tracing::info_span!(
-            "bench.level",
-            fleetbench.config.id = %c.config_id,
-            fleetbench.config.name = %c.name,
-            fleetbench.engine.kind = c.kind.as_str(),
-            gen_ai.request.model = %c.model,
-            fleetbench.host = %self.host,
-            fleetbench.workload = %self.trial.workload,
-            fleetbench.level.index = i64::from(index),
-            fleetbench.concurrency = level.concurrency.map(|c| c as i64),
-            fleetbench.request_rate = level.request_rate,
-            fleetbench.level.output_tokens_per_s = tracing::field::Empty,
-            fleetbench.level.requests_per_s = tracing::field::Empty,
-            fleetbench.level.ttft_p50_ms = tracing::field::Empty,
-            fleetbench.level.ttft_p99_ms = tracing::field::Empty,
-            fleetbench.level.itl_p50_ms = tracing::field::Empty,
-            fleetbench.level.itl_p99_ms = tracing::field::Empty,
-            fleetbench.level.e2e_p50_ms = tracing::field::Empty,
-            fleetbench.level.e2e_p99_ms = tracing::field::Empty,
-            fleetbench.level.errors = tracing::field::Empty,
-            fleetbench.level.crashed = tracing::field::Empty,
-            fleetbench.crash.class = tracing::field::Empty,
-        )
-    }
-
-    async fn store_level(&mut self, result: LevelResult) -> Result<(), Stop> {
-        let crashed = result.outcome == LevelOutcome::Crashed as i32;
-        let crash_class = result.crash.as_ref().map(|c| c.class());
-        // Two sample intervals: the sample that covers the level's end is on its way.
-        let gpu_power_w = self
-            .power
-            .level_mean(
-                result.started_unix_ms,
-                result.finished_unix_ms,
-                telemetry::POWER_WAIT,
-            )
-            .await;
-        let stored = self.trial.stored_level(
-            self.run.run_id.clone(),
-            &self.host,
-            self.trial.attempts,
-            result,
-            gpu_power_w,
-        );
-        if !self.ctx.store.put_level(&stored).await? {
-            tracing::warn!(
-                level = stored.result.as_ref().map(|r| r.level_index),
-                "level already stored; the repeated result is ignored"
-            );
-            return Ok(());
-        }
-        let c = &self.spec.configs[self.trial.config_index as usize];
-        let api = self
-            .spec
-            .benchmark_request(self.trial.workload_index as usize)
-            .workload
-            .map(|w| w.api())
-            .unwrap_or_default();
-        self.ctx
-            .metrics
-            .level_stored_as(&stored, c.kind.as_str(), &c.model, api);
-        if crashed {
-            if let Some(class) = crash_class {
-                self.ctx
-                    .metrics
-                    .crash(&self.host, &self.trial.config_name, class);
-            }
-            if let Some(crash) = stored.result.as_ref().and_then(|r| r.crash.clone()) {
-                self.run.crash = Some(crash);
-                self.ctx.store.put_run(&self.run).await?;
-            }
-        }
-        self.ctx
-            .hub
-            .emit(&self.trial.job_id, job_event::Event::Level(stored))
-            .await?;
-        Ok(())
-    }
-
     async fn stop_engine(&self) {
         let mut client = self.client.clone();
         let r = tokio::time::timeout(
             std::time::Duration::from_secs(60),
-            client.stop_engine(StopEngineRequest {}),
+            client.stop_engine(StopEngineRequest {
+                lease_epoch: self.lease.epoch,
+            }),
         )
         .await;
         if !matches!(r, Ok(Ok(_))) {
             tracing::warn!(host = %self.host, "could not confirm the engine stopped");
         }
-    }
-}
-
-fn pct(d: &Option<fleetbench_proto::agentpb::Distribution>, key: &str) -> f64 {
-    d.as_ref()
-        .and_then(|d| d.percentiles.get(key).copied())
-        .unwrap_or(f64::NAN)
-}
-
-fn record_level(span: &tracing::Span, r: &LevelResult) {
-    span.record(
-        "fleetbench.level.output_tokens_per_s",
-        r.output_tokens_per_s,
-    );
-    span.record("fleetbench.level.requests_per_s", r.requests_per_s);
-    span.record("fleetbench.level.ttft_p50_ms", pct(&r.ttft_ms, "p50"));
-    span.record("fleetbench.level.ttft_p99_ms", pct(&r.ttft_ms, "p99"));
-    span.record("fleetbench.level.itl_p50_ms", pct(&r.itl_ms, "p50"));
-    span.record("fleetbench.level.itl_p99_ms", pct(&r.itl_ms, "p99"));
-    span.record("fleetbench.level.e2e_p50_ms", pct(&r.e2e_ms, "p50"));
-    span.record("fleetbench.level.e2e_p99_ms", pct(&r.e2e_ms, "p99"));
-    span.record("fleetbench.level.errors", r.failed as i64);
-    let crashed = r.outcome == LevelOutcome::Crashed as i32;
-    span.record("fleetbench.level.crashed", crashed);
-    if let Some(c) = r.crash.as_ref().filter(|_| crashed) {
-        span.record(
-            "fleetbench.crash.class",
-            crate::metrics::crash_class_word(c.class()).as_str(),
-        );
     }
 }

@@ -1,0 +1,168 @@
+//! The engine's own argument list, read before the engine starts: the agent runs the profile's
+//! program with its help arguments (`llama-server --help`, `python3 -m sglang.launch_server
+//! --help`, `vllm serve --help=all`), parses what it prints (`fleetbench_engines::flags::help`)
+//! and checks the caller's flags against that build, on top of the profile's rules. Read once
+//! per program file (path and modification time), so an engine upgraded in place is read again
+//! and a fleet of repeated applies costs one read. When the engine cannot be asked (no such
+//! program, a Python import error, a timeout), the built-in tables stand alone and the plan
+//! says so.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use fleetbench_engines::EngineKind;
+use fleetbench_engines::flags::{EngineArgs, FlagPolicy};
+
+/// How long `--help` may take: SGLang and vLLM import torch first (10-30 s on a cold cache).
+const HELP_TIMEOUT: Duration = Duration::from_secs(90);
+/// The most help text read (vLLM's `--help=all` is about 150 KiB).
+const MAX_HELP: usize = 4 << 20;
+
+/// The built-in help arguments of a kind (after the program and, for SGLang, its module).
+pub(crate) fn default_help_args(kind: EngineKind) -> Option<Vec<String>> {
+    let v = |a: &[&str]| Some(a.iter().map(|s| s.to_string()).collect());
+    match kind {
+        EngineKind::Llamacpp => v(&["--help"]),
+        EngineKind::Sglang => v(&["-m", "sglang.launch_server", "--help"]),
+        // Without `=all`, `vllm serve --help` lists the groups, not the options.
+        EngineKind::Vllm => v(&["serve", "--help=all"]),
+        // The simulator's flags are its own tables; a generic program's are its profile's.
+        EngineKind::Sim | EngineKind::Generic => None,
+    }
+}
+
+/// Which program file a read belongs to.
+#[derive(Debug, Clone, PartialEq)]
+struct Key {
+    program: PathBuf,
+    modified: Option<SystemTime>,
+}
+
+/// The flag policy a profile checks with, after reading the engine's list.
+#[derive(Debug, Clone)]
+pub struct Effective {
+    pub flags: FlagPolicy,
+    /// Where the rules come from, in words (logged, and named in errors).
+    pub source: String,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    last: std::sync::Mutex<Option<(Key, Effective)>>,
+}
+
+impl Clone for Cache {
+    fn clone(&self) -> Self {
+        Cache::default()
+    }
+}
+
+/// Runs `program help_args…` and returns what it printed (stdout and stderr: llama.cpp
+/// prints its help on stdout, argparse on stdout, a failing import on stderr).
+async fn run_help(
+    program: &PathBuf,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    // llama.cpp's packaged build finds its shared libraries next to the binary.
+    if let Some(dir) = program.parent() {
+        let mut path = dir.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("LD_LIBRARY_PATH", path);
+    }
+    let out = tokio::time::timeout(HELP_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| format!("no answer within {HELP_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push('\n');
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text.truncate(MAX_HELP);
+    Ok(text)
+}
+
+impl Cache {
+    /// The policy for `program`: read now if this file was not read before.
+    pub(crate) async fn effective(
+        &self,
+        program: &PathBuf,
+        base: &FlagPolicy,
+        help_args: Option<&[String]>,
+        pass_through: &[String],
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Effective {
+        let key = Key {
+            program: program.clone(),
+            modified: std::fs::metadata(program).and_then(|m| m.modified()).ok(),
+        };
+        if let Some((k, e)) = self.last.lock().expect("engine args lock").as_ref()
+            && *k == key
+        {
+            return e.clone();
+        }
+        let fallback = |why: String| {
+            let mut flags = base.clone();
+            // Validated when the profile was loaded: the names are flags, none is gated.
+            let _ = flags.pass_through_unread(pass_through);
+            Effective {
+                flags,
+                source: format!("built-in tables ({why})"),
+            }
+        };
+        let eff = match help_args {
+            None => fallback("this kind is not asked".into()),
+            Some(args) => match run_help(program, args, env).await {
+                Err(e) => fallback(format!("{} {}: {e}", program.display(), args.join(" "))),
+                Ok(text) => match EngineArgs::parse(&text) {
+                    Err(e) => fallback(format!("{} {}: {e}", program.display(), args.join(" "))),
+                    Ok(parsed) => {
+                        let mut flags = base.clone();
+                        match flags.apply_engine_args(&parsed, pass_through) {
+                            Ok(()) => Effective {
+                                flags,
+                                source: format!(
+                                    "{} {} ({} options) and the profile",
+                                    program.display(),
+                                    args.join(" "),
+                                    parsed.options.len()
+                                ),
+                            },
+                            Err(e) => {
+                                // A pass-through name this build lacks: the rest still holds,
+                                // and the name stays refused.
+                                tracing::warn!(error = %e, "pass_through");
+                                let mut flags = base.clone();
+                                let known: Vec<String> = pass_through
+                                    .iter()
+                                    .filter(|n| parsed.find(n).is_some())
+                                    .cloned()
+                                    .collect();
+                                let _ = flags.apply_engine_args(&parsed, &known);
+                                Effective {
+                                    flags,
+                                    source: format!(
+                                        "{} --help, and the profile ({e})",
+                                        program.display()
+                                    ),
+                                }
+                            }
+                        }
+                    }
+                },
+            },
+        };
+        tracing::info!(program = %program.display(), source = %eff.source, "engine flag rules");
+        *self.last.lock().expect("engine args lock") = Some((key, eff.clone()));
+        eff
+    }
+}

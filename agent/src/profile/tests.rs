@@ -1,0 +1,107 @@
+use super::*;
+
+fn generic(extra: &str) -> Profile {
+    let text = format!(
+        "kind = \"generic\"\nprogram = \"/bin/sleep\"\nargs = [\"{{port}}\"]\nflags_mode = \"replace\"\n{extra}"
+    );
+    crate::config::profile_from_toml("g", &text).unwrap()
+}
+
+fn spec(flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
+    agentpb::EngineSpec {
+        profile: "g".into(),
+        model: String::new(),
+        flags: flags
+            .iter()
+            .map(|(n, v)| agentpb::Flag {
+                name: n.to_string(),
+                value: v.map(String::from),
+            })
+            .collect(),
+        env: Default::default(),
+        port: 4242,
+    }
+}
+
+#[test]
+fn argv_is_fixed_args_then_checked_flags() {
+    let p = generic(
+        "[[flags]]\nname = \"--n\"\ntype = \"int\"\nmin = 1\n[[flags]]\nname = \"--fast\"\ntype = \"switch\"\n",
+    );
+    let plan = p
+        .plan(&spec(&[("--n", Some("3")), ("--fast", None)]))
+        .unwrap();
+    assert_eq!(plan.argv, vec!["/bin/sleep", "4242", "--n", "3", "--fast"]);
+    assert_eq!(plan.base_url, "http://127.0.0.1:4242");
+    let err = p.plan(&spec(&[("--n", Some("0"))])).unwrap_err();
+    assert!(err.to_string().contains("--n"), "{err}");
+    let err = p.plan(&spec(&[("--other", None)])).unwrap_err();
+    assert!(err.to_string().contains("--other"), "{err}");
+    let err = p
+        .plan(&spec(&[("--n", Some("1")), ("--n", Some("2"))]))
+        .unwrap_err();
+    assert!(
+        matches!(err, RequestError::Flag(FlagError::Repeated { .. })),
+        "{err}"
+    );
+}
+
+#[test]
+fn env_and_models_are_checked() {
+    let err = crate::config::profile_from_toml(
+        "g",
+        "kind = \"generic\"\nprogram = \"/bin/sleep\"\nallowed_env = [\"FOO_*\"]\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("prefixes are not allowed"),
+        "{err}"
+    );
+    let p = generic(
+        "allowed_env = [\"FOO_BAR\", { name = \"LEVEL\", type = \"choice\", values = [\"a\"] }]\nmodels = [\"m1\"]\n",
+    );
+    let mut s = spec(&[]);
+    s.env.insert("LEVEL".into(), "b".into());
+    let err = p.plan(&s).unwrap_err();
+    assert!(err.to_string().contains("expected one of a"), "{err}");
+    s.env.insert("LEVEL".into(), "a".into());
+    s.env.insert("FOO_BAR".into(), "/etc/passwd".into());
+    let err = p.plan(&s).unwrap_err();
+    assert!(err.to_string().contains("no paths"), "{err}");
+    s.env.clear();
+    s.env.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
+    let err = p.plan(&s).unwrap_err();
+    assert!(err.to_string().contains("LD_PRELOAD"), "{err}");
+    s.env.clear();
+    s.env.insert("FOO_BAR".into(), "1".into());
+    s.model = "m2".into();
+    let err = p.plan(&s).unwrap_err();
+    assert!(err.to_string().contains("m2"), "{err}");
+    s.model = "m1".into();
+    let plan = p.plan(&s).unwrap();
+    assert_eq!(plan.env["FOO_BAR"], "1");
+}
+
+#[test]
+fn config_id_ignores_flag_order() {
+    let p = generic(
+        "[[flags]]\nname = \"--a\"\ntype = \"switch\"\n[[flags]]\nname = \"--b\"\ntype = \"switch\"\n",
+    );
+    let x = p.plan(&spec(&[("--a", None), ("--b", None)])).unwrap();
+    let y = p.plan(&spec(&[("--b", None), ("--a", None)])).unwrap();
+    assert_eq!(x.config_id, y.config_id);
+}
+
+#[test]
+fn programs_resolve_or_are_named() {
+    assert!(resolve_program("/bin/sh").is_ok());
+    assert!(resolve_program("sh").is_ok());
+    assert!(resolve_program("./sh").is_err());
+    assert!(resolve_program("definitely-not-a-program-xyz").is_err());
+    let err = crate::config::profile_from_toml(
+        "x",
+        "kind = \"generic\"\nprogram = \"/nonexistent/prog\"\n",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("profiles.x.program"), "{err}");
+}

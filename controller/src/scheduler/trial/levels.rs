@@ -1,0 +1,194 @@
+//! A trial's benchmark: `RunBenchmark` streamed from the agent, each level stored the moment it
+//! arrives (under the lease's epoch, once), its span and metrics recorded.
+
+use super::*;
+
+impl Attempt<'_> {
+    pub(super) async fn bench(&mut self, skip: Vec<u32>) -> Result<(), Stop> {
+        let mut req = self
+            .spec
+            .benchmark_request(self.trial.workload_index as usize);
+        req.run_id = self.run.run_id.clone();
+        req.skip_levels = skip;
+        req.lease_epoch = self.lease.epoch;
+        let c = &self.spec.configs[self.trial.config_index as usize];
+        req.target = c.target.as_ref().map(|t| t.to_pb(c.kind));
+        let mut client = self.client.clone();
+        let cancel = self.cancel.clone();
+        let mut stream = tokio::select! {
+            r = client.run_benchmark(req) => r.map_err(|s| classify("RunBenchmark", s))?.into_inner(),
+            _ = cancel.cancelled() => return Err(Stop::Cancelled),
+        };
+        let mut spans: HashMap<u32, tracing::Span> = HashMap::new();
+        loop {
+            let msg = tokio::select! {
+                m = stream.message() => m.map_err(|s| classify("RunBenchmark stream", s))?,
+                _ = cancel.cancelled() => return Err(Stop::Cancelled),
+            };
+            let Some(BenchmarkEvent { event, .. }) = msg else {
+                return Ok(());
+            };
+            match event {
+                Some(benchmark_event::Event::Progress(p)) => {
+                    spans
+                        .entry(p.level_index)
+                        .or_insert_with(|| self.level_span(p.level_index));
+                    let ev = LevelProgress {
+                        host: self.host.clone(),
+                        run_id: self.run.run_id.clone(),
+                        config_name: self.trial.config_name.clone(),
+                        level_count: self.trial.level_count,
+                        progress: Some(p),
+                    };
+                    self.ctx
+                        .hub
+                        .emit(&self.trial.job_id, job_event::Event::Progress(ev))
+                        .await?;
+                }
+                Some(benchmark_event::Event::Level(result)) => {
+                    let span = spans
+                        .remove(&result.level_index)
+                        .unwrap_or_else(|| self.level_span(result.level_index));
+                    record_level(&span, &result);
+                    self.store_level(result).instrument(span).await?;
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn level_span(&self, index: u32) -> tracing::Span {
+        let c = &self.spec.configs[self.trial.config_index as usize];
+        let level = self
+            .spec
+            .benchmark_request(self.trial.workload_index as usize)
+            .levels
+            .get(index as usize)
+            .cloned()
+            .unwrap_or_default();
+        tracing::info_span!(
+            "bench.level",
+            fleetbench.config.id = %c.config_id,
+            fleetbench.config.name = %c.name,
+            fleetbench.engine.kind = c.kind.as_str(),
+            gen_ai.request.model = %c.model,
+            fleetbench.host = %self.host,
+            fleetbench.workload = %self.trial.workload,
+            fleetbench.level.index = i64::from(index),
+            fleetbench.concurrency = level.concurrency.map(|c| c as i64),
+            fleetbench.request_rate = level.request_rate,
+            fleetbench.level.output_tokens_per_s = tracing::field::Empty,
+            fleetbench.level.requests_per_s = tracing::field::Empty,
+            fleetbench.level.ttft_p50_ms = tracing::field::Empty,
+            fleetbench.level.ttft_p99_ms = tracing::field::Empty,
+            fleetbench.level.itl_p50_ms = tracing::field::Empty,
+            fleetbench.level.itl_p99_ms = tracing::field::Empty,
+            fleetbench.level.e2e_p50_ms = tracing::field::Empty,
+            fleetbench.level.e2e_p99_ms = tracing::field::Empty,
+            fleetbench.level.errors = tracing::field::Empty,
+            fleetbench.level.crashed = tracing::field::Empty,
+            fleetbench.crash.class = tracing::field::Empty,
+        )
+    }
+
+    pub(super) async fn store_level(&mut self, result: LevelResult) -> Result<(), Stop> {
+        // Fencing on this side too: a level measured under another epoch, or arriving after
+        // this attempt gave its lease up, is never stored.
+        if result.lease_epoch != self.lease.epoch || !self.lease.held() {
+            tracing::warn!(
+                level = result.level_index,
+                result_epoch = result.lease_epoch,
+                lease_epoch = self.lease.epoch,
+                held = self.lease.held(),
+                "level reported outside the attempt's lease: not stored"
+            );
+            return Err(Stop::Fenced(format!(
+                "level {} arrived under lease epoch {} while this attempt holds epoch {}{}",
+                result.level_index,
+                result.lease_epoch,
+                self.lease.epoch,
+                if self.lease.held() { "" } else { " (ended)" }
+            )));
+        }
+        let crashed = result.outcome == LevelOutcome::Crashed as i32;
+        let crash_class = result.crash.as_ref().map(|c| c.class());
+        // Two sample intervals: the sample that covers the level's end is on its way.
+        let gpu_power_w = self
+            .power
+            .level_mean(
+                result.started_unix_ms,
+                result.finished_unix_ms,
+                self.power.wait(),
+            )
+            .await;
+        let stored = self.trial.stored_level(
+            self.run.run_id.clone(),
+            &self.host,
+            self.trial.attempts,
+            result,
+            gpu_power_w,
+        );
+        if !self.ctx.store.put_level(&stored).await? {
+            tracing::warn!(
+                level = stored.result.as_ref().map(|r| r.level_index),
+                "level already stored; the repeated result is ignored"
+            );
+            return Ok(());
+        }
+        let c = &self.spec.configs[self.trial.config_index as usize];
+        let api = self
+            .spec
+            .benchmark_request(self.trial.workload_index as usize)
+            .workload
+            .map(|w| w.api())
+            .unwrap_or_default();
+        self.ctx
+            .metrics
+            .level_stored_as(&stored, c.kind.as_str(), &c.model, api);
+        if crashed {
+            if let Some(class) = crash_class {
+                self.ctx
+                    .metrics
+                    .crash(&self.host, &self.trial.config_name, class);
+            }
+            if let Some(crash) = stored.result.as_ref().and_then(|r| r.crash.clone()) {
+                self.run.crash = Some(crash);
+                self.ctx.store.put_run(&self.run).await?;
+            }
+        }
+        self.ctx
+            .hub
+            .emit(&self.trial.job_id, job_event::Event::Level(stored))
+            .await?;
+        Ok(())
+    }
+}
+
+fn pct(d: &Option<fleetbench_proto::agentpb::Distribution>, key: &str) -> f64 {
+    d.as_ref()
+        .and_then(|d| d.percentiles.get(key).copied())
+        .unwrap_or(f64::NAN)
+}
+
+fn record_level(span: &tracing::Span, r: &LevelResult) {
+    span.record(
+        "fleetbench.level.output_tokens_per_s",
+        r.output_tokens_per_s,
+    );
+    span.record("fleetbench.level.requests_per_s", r.requests_per_s);
+    span.record("fleetbench.level.ttft_p50_ms", pct(&r.ttft_ms, "p50"));
+    span.record("fleetbench.level.ttft_p99_ms", pct(&r.ttft_ms, "p99"));
+    span.record("fleetbench.level.itl_p50_ms", pct(&r.itl_ms, "p50"));
+    span.record("fleetbench.level.itl_p99_ms", pct(&r.itl_ms, "p99"));
+    span.record("fleetbench.level.e2e_p50_ms", pct(&r.e2e_ms, "p50"));
+    span.record("fleetbench.level.e2e_p99_ms", pct(&r.e2e_ms, "p99"));
+    span.record("fleetbench.level.errors", r.failed as i64);
+    let crashed = r.outcome == LevelOutcome::Crashed as i32;
+    span.record("fleetbench.level.crashed", crashed);
+    if let Some(c) = r.crash.as_ref().filter(|_| crashed) {
+        span.record(
+            "fleetbench.crash.class",
+            crate::metrics::crash_class_word(c.class()).as_str(),
+        );
+    }
+}
