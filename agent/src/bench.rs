@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fleetbench_loadgen::{Runner, percentile_key};
+use fleetbench_loadgen::Runner;
 use fleetbench_proto::agentpb::{
     self, BenchmarkEvent, EngineState, LevelOutcome, benchmark_event::Event,
 };
@@ -136,25 +136,11 @@ async fn run_levels(
         if req.skip_levels.contains(&(index as u32)) {
             continue;
         }
-        let span = tracing::info_span!(
-            "bench.level",
-            fleetbench.level.index = index as i64,
-            fleetbench.concurrency = level.concurrency.map(i64::from),
-            fleetbench.request_rate = level.request_rate,
+        let span = fleetbench_proto::bench_level_span!(
+            index,
+            level,
             fleetbench.run.id = %req.run_id,
             fleetbench.config.id = %config_id,
-            fleetbench.level.output_tokens_per_s = tracing::field::Empty,
-            fleetbench.level.requests_per_s = tracing::field::Empty,
-            fleetbench.level.ttft_p50_ms = tracing::field::Empty,
-            fleetbench.level.ttft_p99_ms = tracing::field::Empty,
-            fleetbench.level.itl_p50_ms = tracing::field::Empty,
-            fleetbench.level.itl_p99_ms = tracing::field::Empty,
-            fleetbench.level.e2e_p50_ms = tracing::field::Empty,
-            fleetbench.level.e2e_p99_ms = tracing::field::Empty,
-            fleetbench.level.errors = tracing::field::Empty,
-            fleetbench.level.error_rate = tracing::field::Empty,
-            fleetbench.level.prefix_cache_hit_rate = tracing::field::Empty,
-            fleetbench.level.crashed = tracing::field::Empty,
         );
         if let Some(s) = fenced(&leases, epoch, index) {
             tracing::warn!(parent: &span, "{}", s.message());
@@ -330,35 +316,6 @@ async fn changed(
 }
 
 fn record(span: &tracing::Span, r: &agentpb::LevelResult) {
-    let p = |d: &Option<agentpb::Distribution>, q: f64| {
-        d.as_ref()
-            .and_then(|d| d.percentiles.get(&percentile_key(q)).copied())
-    };
-    span.record(
-        "fleetbench.level.output_tokens_per_s",
-        r.output_tokens_per_s,
-    );
-    span.record("fleetbench.level.requests_per_s", r.requests_per_s);
-    span.record("fleetbench.level.errors", r.failed as i64);
-    span.record("fleetbench.level.error_rate", r.error_rate);
-    if let Some(h) = r.prefix_cache.as_ref().and_then(|c| c.hit_rate) {
-        span.record("fleetbench.level.prefix_cache_hit_rate", h);
-    }
-    span.record(
-        "fleetbench.level.crashed",
-        r.outcome == LevelOutcome::Crashed as i32,
-    );
-    for (field, d, q) in [
-        ("fleetbench.level.ttft_p50_ms", &r.ttft_ms, 50.0),
-        ("fleetbench.level.ttft_p99_ms", &r.ttft_ms, 99.0),
-        ("fleetbench.level.itl_p50_ms", &r.itl_ms, 50.0),
-        ("fleetbench.level.itl_p99_ms", &r.itl_ms, 99.0),
-        ("fleetbench.level.e2e_p50_ms", &r.e2e_ms, 50.0),
-        ("fleetbench.level.e2e_p99_ms", &r.e2e_ms, 99.0),
-    ] {
-        if let Some(v) = p(d, q) {
-            span.record(field, v);
-        }
-    }
+    fleetbench_proto::spans::record_level(span, r);
     tracing::info!(parent: span, outcome = r.outcome, completed = r.completed, failed = r.failed, "level finished");
 }

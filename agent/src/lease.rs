@@ -14,6 +14,7 @@
 //! wait for that stop) run one at a time under an async lock, so a new holder never sees its
 //! engine stopped by the end of the previous lease.
 
+use fleetbench_proto::Word;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -381,7 +382,7 @@ impl Leases {
             match sup.stop(&reason).await {
                 Ok(st) => tracing::warn!(
                     lease_epoch = h.lease.epoch,
-                    engine_state = st.state().as_str_name(),
+                    engine_state = st.state().word(),
                     stop_s = began.elapsed().as_secs_f64(),
                     "engine stopped after the lease expired"
                 ),

@@ -67,6 +67,14 @@ fn main() -> ExitCode {
                 None
             }
         };
+        // Installed before the agent starts: a stop sent while it starts is an orderly one.
+        let stop = match fleetbench_support::signal::stop_signal() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: cannot watch SIGTERM and SIGINT: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         let mut agent = match fleetbench_agent::start(config).await {
             Ok(a) => a,
             Err(e) => {
@@ -76,18 +84,11 @@ fn main() -> ExitCode {
         };
         // Scripts and tests read the bound address (the port may have been 0) from this line.
         println!("fleetbench-agent listening on {}", agent.addr);
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("error: cannot watch SIGTERM: {e}");
-                    agent.shutdown().await;
-                    return ExitCode::FAILURE;
-                }
-            };
         let code = tokio::select! {
-            _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
-            _ = term.recv() => ExitCode::SUCCESS,
+            signal = stop => {
+                tracing::info!(signal = signal.name(), "stop requested");
+                ExitCode::SUCCESS
+            }
             r = agent.stopped() => {
                 eprintln!("error: server stopped: {}", r.err().unwrap_or_default());
                 return ExitCode::FAILURE;

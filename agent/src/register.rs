@@ -4,45 +4,32 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fleetbench_proto::controllerpb::{RegisterAgentRequest, controller_client::ControllerClient};
+use fleetbench_support::grpc::EndpointError;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 
 use crate::config::ControllerConfig;
 
-/// Why the controller endpoint could not be set up (it is then never called).
+/// Why the controller endpoint could not be set up (it is then never called); each names the
+/// config field.
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
-    /// `controller.address` is not a usable URI.
-    #[error("controller.address {address:?}: {message}")]
-    Address { address: String, message: String },
-    /// The client certificate files could not be loaded.
+    /// `controller.address` is not a usable URL.
+    #[error("controller.address: {0}")]
+    Address(EndpointError),
+    /// The client certificate files of `controller.tls` could not be loaded.
     #[error("controller.tls: {0}")]
-    Tls(#[from] fleetbench_support::tls::TlsError),
+    Tls(EndpointError),
 }
 
 /// Builds the (lazily connecting) endpoint; errors name the field.
 pub fn endpoint(c: &ControllerConfig) -> Result<Endpoint, RegisterError> {
-    let bad = |m: String| RegisterError::Address {
-        address: c.address.clone(),
-        message: m,
-    };
-    let mut ep = Endpoint::from_shared(c.address.clone())
-        .map_err(|e| bad(e.to_string()))?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10));
-    if let Some(t) = &c.tls {
-        let domain = match &t.domain {
-            Some(d) => d.clone(),
-            None => ep
-                .uri()
-                .host()
-                .map(str::to_string)
-                .ok_or_else(|| bad("no host".into()))?,
-        };
-        let tls = fleetbench_support::tls::client_tls(&t.ca, &t.cert, &t.key, &domain)?;
-        ep = ep.tls_config(tls).map_err(|e| bad(e.to_string()))?;
-    }
-    Ok(ep)
+    let tls = c.tls.as_ref().map(|t| t.client());
+    let ep = fleetbench_support::grpc::endpoint(&c.address, tls).map_err(|e| match e {
+        EndpointError::Tls(_) => RegisterError::Tls(e),
+        EndpointError::Url { .. } => RegisterError::Address(e),
+    })?;
+    Ok(ep.timeout(Duration::from_secs(10)))
 }
 
 /// Registers every interval until `stop`; failures are logged and retried.

@@ -1,5 +1,6 @@
 //! The `fleetbench.agent.v1.Agent` gRPC service.
 
+use fleetbench_proto::Word;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -378,7 +379,7 @@ impl Agent for AgentService {
             _ => {
                 return Err(RpcError::NotReady(format!(
                     "no engine is ready (state {}); ApplyEngine first",
-                    snap.state.as_str_name()
+                    snap.state.word()
                 ))
                 .into());
             }

@@ -58,12 +58,6 @@ fn store_status(e: StoreError) -> Status {
     }
 }
 
-fn is_final(state: i32) -> bool {
-    state != JobState::Queued as i32
-        && state != JobState::Running as i32
-        && state != JobState::Unspecified as i32
-}
-
 impl ControllerService {
     fn store(&self) -> &Store {
         self.scheduler.store()
@@ -158,7 +152,7 @@ impl controller_server::Controller for ControllerService {
         let _caller = crate::authz::require(&request, crate::authz::OPERATE, "CancelJob")?;
         let id = request.into_inner().job_id;
         let job = self.job(&id).await?;
-        if is_final(job.state) {
+        if JobState::is_final_value(job.state) {
             return Ok(Response::new(job));
         }
         Ok(Response::new(self.scheduler.cancel(&id).await?))
@@ -181,7 +175,7 @@ impl controller_server::Controller for ControllerService {
                 return Err(e);
             }
         };
-        if is_final(job.state) {
+        if JobState::is_final_value(job.state) {
             // Nothing live will come: drop the channel this watch just made.
             self.scheduler.hub().forget(&id);
         }
@@ -201,7 +195,7 @@ impl controller_server::Controller for ControllerService {
                 job_id: job.id.clone(),
                 event: Some(job_event::Event::Job(job)),
             };
-            let done = is_final(job.state);
+            let done = JobState::is_final_value(job.state);
             if tx.send(Ok(snapshot(job))).await.is_err() || done {
                 return;
             }
@@ -211,7 +205,7 @@ impl controller_server::Controller for ControllerService {
                         if seq != 0 && replayed.contains(&seq) {
                             continue;
                         }
-                        let end = matches!(&ev.event, Some(job_event::Event::Job(j)) if is_final(j.state));
+                        let end = matches!(&ev.event, Some(job_event::Event::Job(j)) if JobState::is_final_value(j.state));
                         if tx.send(Ok(ev)).await.is_err() || end {
                             return;
                         }

@@ -16,6 +16,7 @@
 //! (failed / (completed + failed), summed over its repeats) exceeds the job's
 //! `[load] slo.max_error_rate` (default 0.01). The group's verdict says why.
 
+use fleetbench_proto::Word;
 use std::collections::{BTreeMap, HashMap};
 
 use fleetbench_proto::agentpb::{self, LevelOutcome};
@@ -348,7 +349,7 @@ fn config_stats(
         let class = c
             .crash
             .as_ref()
-            .map(|c| crate::metrics::crash_class_word(c.class()))
+            .map(|c| c.class().word())
             .unwrap_or_else(|| "crash".into());
         Some(format!(
             "the engine crashed ({class}) in {} of {} repeats",

@@ -66,18 +66,16 @@ async fn serve(config: ControllerConfig) -> anyhow::Result<()> {
     } else {
         Metrics::prometheus_only()
     };
+    // Installed before the controller starts: a stop sent while it starts is an orderly one.
+    let stop = fleetbench_support::signal::stop_signal()?;
     let handle = fleetbench_controller::start(config, metrics).await?;
     // Tests and scripts read the bound address from this line.
     println!("fleetbench-controller listening on {}", handle.addr);
     if let Some(m) = handle.metrics_addr {
         println!("fleetbench-controller metrics on http://{m}/metrics");
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
+    let signal = stop.await;
+    tracing::info!(signal = signal.name(), "shutting down");
     handle.shutdown().await;
     Ok(())
 }

@@ -16,6 +16,7 @@ pub mod registry;
 mod serve;
 mod telemetry;
 
+use fleetbench_proto::Word;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -67,27 +68,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::build(opentelemetry::global::meter("fleetbench-controller"))
     }
-}
-
-fn enum_word(name: &str, prefix: &str) -> String {
-    name.strip_prefix(prefix)
-        .unwrap_or(name)
-        .to_ascii_lowercase()
-}
-
-/// `crashed`, `oom`, … as the metrics and spans spell a crash class.
-pub fn crash_class_word(class: agentpb::CrashClass) -> String {
-    enum_word(class.as_str_name(), "CRASH_CLASS_")
-}
-
-/// `done`, `engine_failed`, … as the metrics and spans spell a trial state.
-pub fn trial_state_word(state: controllerpb::TrialState) -> String {
-    enum_word(state.as_str_name(), "TRIAL_STATE_")
-}
-
-/// `ok`, `failed`, `crashed` as the metrics and spans spell a level outcome.
-pub fn level_outcome_word(outcome: agentpb::LevelOutcome) -> String {
-    enum_word(outcome.as_str_name(), "LEVEL_OUTCOME_")
 }
 
 /// The (concurrency, request rate) attribute values of a load level; empty when not set.
@@ -240,7 +220,7 @@ impl Metrics {
             vec![
                 (attr::HOST, host.to_string()),
                 (attr::CONFIG_NAME, config_name.to_string()),
-                (attr::TRIAL_STATE, trial_state_word(state)),
+                (attr::TRIAL_STATE, state.word()),
             ],
             1.0,
         );
@@ -283,7 +263,7 @@ impl Metrics {
             l.extend(extra.iter().cloned());
             l
         };
-        let outcome = level_outcome_word(r.outcome());
+        let outcome = r.outcome().word();
         let crashed = r.outcome() == agentpb::LevelOutcome::Crashed;
         self.count(&names::LEVELS, with(&[(attr::OUTCOME, outcome)]), 1.0);
         self.count(
@@ -393,7 +373,7 @@ impl Metrics {
             vec![
                 (attr::HOST, host.to_string()),
                 (attr::CONFIG_NAME, config_name.to_string()),
-                (attr::CRASH_CLASS, crash_class_word(class)),
+                (attr::CRASH_CLASS, class.word()),
             ],
             1.0,
         );

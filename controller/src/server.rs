@@ -344,11 +344,7 @@ pub async fn start(
     };
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.api.tls {
-        builder = builder.tls_config(fleetbench_support::tls::server_tls(
-            &tls.cert,
-            &tls.key,
-            &tls.client_ca,
-        )?)?;
+        builder = builder.tls_config(tls.load()?)?;
     }
     let advertise = config.advertise_url.clone().unwrap_or_else(|| {
         let scheme = if config.api.tls.is_some() {

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use fleetbench_controller::config::ApiTls;
 use fleetbench_controller::{ControllerConfig, ControllerHandle, HostConfig, metrics::Metrics};
 use fleetbench_proto::controllerpb::{self as pb, controller_client::ControllerClient};
+use fleetbench_support::tls::ServerTlsFiles;
 use fleetbench_support::tls::{DevCerts, client_tls, generate_dev_certs, issue_agent_certs};
 use tonic::transport::{Channel, Endpoint};
 
@@ -30,7 +30,7 @@ async fn fleet() -> Fleet {
         address: "127.0.0.1:1".into(),
         labels: Default::default(),
     }];
-    cfg.api.tls = Some(ApiTls {
+    cfg.api.tls = Some(ServerTlsFiles {
         cert: certs.controller_server.cert.clone(),
         key: certs.controller_server.key.clone(),
         client_ca: certs.ca_cert.clone(),
@@ -306,7 +306,7 @@ async fn metrics_answer_only_viewers_operators_and_admins() {
     let mut cfg =
         ControllerConfig::local(&format!("sqlite://{}", dir.path().join("c.db").display()));
     cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
-    let server = ApiTls {
+    let server = ServerTlsFiles {
         cert: certs.controller_server.cert.clone(),
         key: certs.controller_server.key.clone(),
         client_ca: certs.ca_cert.clone(),

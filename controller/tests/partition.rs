@@ -482,7 +482,7 @@ async fn scenario(
             .await
             .unwrap()
             .into_inner();
-        if job.state != JobState::Queued as i32 && job.state != JobState::Running as i32 {
+        if JobState::is_final_value(job.state) {
             break job;
         }
         assert!(Instant::now() < deadline, "job still running: {job:?}");

@@ -204,7 +204,7 @@ async fn three_jobs_at_once_on_a_sqlite_controller() {
                 .unwrap()
                 .into_inner()
                 .jobs;
-            let ended = |s: i32| s != JobState::Running as i32 && s != JobState::Queued as i32;
+            let ended = JobState::is_final_value;
             if jobs.iter().all(|j| ended(j.state)) {
                 return reads;
             }

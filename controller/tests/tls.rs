@@ -8,11 +8,11 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fleetbench_controller::config::{AgentTls, ApiTls};
 use fleetbench_controller::{ControllerConfig, HostConfig, metrics::Metrics};
 use fleetbench_proto::controllerpb::{
     JobState, ListJobsRequest, SubmitJobRequest, controller_client::ControllerClient,
 };
+use fleetbench_support::tls::{ClientTlsFiles, ServerTlsFiles};
 use fleetbench_support::tls::{client_tls, generate_dev_certs};
 use tonic::transport::Endpoint;
 
@@ -39,14 +39,14 @@ async fn mtls_api_and_mtls_agent() {
         address: agent.addr.to_string(),
         labels: Default::default(),
     }];
-    cfg.agent_tls = Some(AgentTls {
+    cfg.agent_tls = Some(ClientTlsFiles {
         ca: certs.ca_cert.clone(),
         cert: certs.controller_cert.clone(),
         key: certs.controller_key.clone(),
         domain: Some("localhost".into()),
     });
     // The controller's own API certificate (serverAuth; localhost, 127.0.0.1).
-    cfg.api.tls = Some(ApiTls {
+    cfg.api.tls = Some(ServerTlsFiles {
         cert: certs.controller_server.cert.clone(),
         key: certs.controller_server.key.clone(),
         client_ca: certs.ca_cert.clone(),
@@ -158,7 +158,7 @@ async fn a_client_only_certificate_cannot_serve_the_api() {
     let certs = generate_dev_certs(&dir.path().join("certs"), &[], false).unwrap();
     let mut cfg =
         ControllerConfig::local(&format!("sqlite://{}", dir.path().join("c.db").display()));
-    cfg.api.tls = Some(ApiTls {
+    cfg.api.tls = Some(ServerTlsFiles {
         cert: certs.controller_cert.clone(),
         key: certs.controller_key.clone(),
         client_ca: certs.ca_cert.clone(),

@@ -20,6 +20,10 @@ pub mod controller {
 }
 
 pub mod limits;
+pub mod spans;
+pub mod words;
+
+pub use words::Word;
 
 pub use agent::v1 as agentpb;
 pub use controller::v1 as controllerpb;

@@ -44,8 +44,10 @@ pub enum TlsError {
     BadCa { path: PathBuf, reason: String },
 }
 
+mod files;
 mod issue;
 mod peer;
+pub use files::{ClientTlsFiles, ServerTlsFiles};
 pub use issue::{
     AgentCert, CertPair, DevCerts, InitOptions, Role, Usage, generate_dev_certs, init_certs,
     issue_agent_certs, parse_agent_spec,

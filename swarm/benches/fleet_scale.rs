@@ -11,6 +11,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use fleetbench_proto::Word;
 use std::time::{Duration, Instant};
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -130,9 +131,7 @@ async fn main() {
         "job over the fleet: {} in {wall:.1} s; {} of {} trials, {levels} levels stored (each once) on {hosts} hosts; \
          controller CPU {:.3} cores (mean over the job), RSS {:.1} MiB, peak {:.1} MiB; \
          stand-ins' process {:.3} cores; load average {}",
-        fleetbench_proto::controllerpb::JobState::try_from(job.state)
-            .map(|s| s.as_str_name())
-            .unwrap_or("?"),
+        fleetbench_proto::controllerpb::JobState::word_of(job.state),
         job.trials_done,
         job.trials_total,
         busy,

@@ -10,7 +10,6 @@ use fleetbench_proto::controllerpb::{RegisterAgentRequest, controller_client::Co
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
 
 use crate::standin::{StandIn, Timing};
 
@@ -76,12 +75,11 @@ impl Fleet {
         let mut agents = Vec::with_capacity(cfg.agents);
         let endpoint = match &cfg.controller {
             Some(c) => Some(
-                Endpoint::from_shared(c.clone())
+                fleetbench_support::grpc::endpoint(c, None)
                     .map_err(|e| FleetError::Controller {
                         address: c.clone(),
                         message: e.to_string(),
                     })?
-                    .connect_timeout(Duration::from_secs(5))
                     .timeout(Duration::from_secs(10)),
             ),
             None => None,

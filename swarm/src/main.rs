@@ -77,6 +77,9 @@ fn main() -> anyhow::Result<()> {
     }
     let rt = rt.enable_all().build()?;
     rt.block_on(async move {
+        // Installed before the stand-ins start, so that a stop sent as soon as they are ready
+        // is an orderly one.
+        let stop = fleetbench_support::signal::stop_signal()?;
         let mut labels = args.labels.clone();
         labels.retain(|(k, _)| k != "standin");
         labels.push(("standin".into(), "true".into()));
@@ -103,23 +106,8 @@ fn main() -> anyhow::Result<()> {
             writeln!(out, "ready")?;
             out.flush()?;
         }
-        shutdown_signal().await;
+        stop.await;
         fleet.shutdown().await;
         Ok(())
     })
-}
-
-/// SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

@@ -7,6 +7,7 @@
 //!
 //! Kept in one file so that changes to `agent.v1` (new RPCs or fields) land in one place.
 
+use fleetbench_proto::Word;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -524,7 +525,7 @@ impl Agent for StandIn {
                 _ => {
                     return Err(Status::failed_precondition(format!(
                         "no engine is ready (state {}); ApplyEngine first",
-                        e.state.as_str_name()
+                        e.state.word()
                     )));
                 }
             }

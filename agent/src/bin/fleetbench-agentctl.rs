@@ -12,12 +12,11 @@ mod args;
 #[path = "agentctl/print.rs"]
 mod print;
 
-use std::time::Duration;
-
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use fleetbench_proto::agentpb::{self, agent_client::AgentClient};
-use tonic::transport::{Channel, Endpoint};
+use fleetbench_support::grpc::{self, ClientTls};
+use tonic::transport::Channel;
 
 use args::{Cli, Command, Connection};
 
@@ -57,20 +56,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn connect(c: &Connection) -> Result<AgentClient<Channel>> {
-    let url: http::Uri = c
-        .agent
-        .parse()
-        .with_context(|| format!("--agent {:?} is not a URL", c.agent))?;
-    let host = url
-        .host()
-        .with_context(|| format!("--agent {:?} has no host", c.agent))?
-        .trim_matches(['[', ']'])
-        .to_string();
-    let mut endpoint = Endpoint::from_shared(c.agent.clone())
-        .with_context(|| format!("--agent {:?}", c.agent))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    match url.scheme_str() {
+    let tls = match c.agent.split_once("://").map(|(scheme, _)| scheme) {
         Some("https") => {
             let (Some(ca), Some(cert), Some(key)) = (&c.ca, &c.cert, &c.key) else {
                 bail!(
@@ -78,17 +64,21 @@ async fn connect(c: &Connection) -> Result<AgentClient<Channel>> {
                     c.agent
                 );
             };
-            let domain = c.domain.clone().unwrap_or(host);
-            let tls = fleetbench_support::tls::client_tls(ca, cert, key, &domain)?;
-            endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
+            Some(ClientTls {
+                ca,
+                cert,
+                key,
+                domain: c.domain.as_deref(),
+            })
         }
-        Some("http") => {}
+        Some("http") => None,
         other => bail!(
             "--agent {}: scheme must be https or http, not {other:?}",
             c.agent
         ),
-    }
-    let channel = endpoint
+    };
+    let channel = grpc::endpoint(&c.agent, tls)
+        .context("--agent")?
         .connect()
         .await
         .with_context(|| format!("cannot connect to the agent at {}", c.agent))?;

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use fleetbench_support::tls::ClientTlsFiles;
 use serde::Deserialize;
 
 use crate::profile::{Profile, RawProfile};
@@ -51,17 +52,6 @@ pub struct TlsFiles {
 
 fn default_allowed_clients() -> Vec<String> {
     vec!["fleetbench-controller".into()]
-}
-
-/// Client TLS files for calling the controller.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientTlsFiles {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// Name the controller's certificate carries (default: the host of `address`).
-    pub domain: Option<String>,
 }
 
 /// Self-registration with a controller (`RegisterAgent`, repeated as a heartbeat).

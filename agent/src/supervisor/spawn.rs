@@ -1,5 +1,6 @@
 //! Starting the engine: its own process group, no shell, output captured line by line.
 
+use fleetbench_proto::Word;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -173,7 +174,7 @@ async fn process_lines(
     let mut parser = fleetbench_engines::logs::parser(kind);
     while let Some((stream, line)) = rx.recv().await {
         run_log.write(stream, &line);
-        tracing::info!(target: "fleetbench_agent::engine_log", run_id = %run_id, stream = stream.as_str_name(), "{line}");
+        tracing::info!(target: "fleetbench_agent::engine_log", run_id = %run_id, stream = stream.word(), "{line}");
         for f in parser.parse_line(&line) {
             let _ = facts.send(LogFact {
                 key: f.key,

@@ -1,5 +1,6 @@
 //! `fleetbench agents`: the controller's hosts, their health, GPUs and labels.
 
+use fleetbench_proto::Word;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -26,7 +27,7 @@ fn agent_json(a: &AgentInfo) -> serde_json::Value {
     serde_json::json!({
         "name": a.name,
         "address": a.address,
-        "health": health(a),
+        "health": AgentHealth::word_of(a.health),
         "gpus": gpus,
         "source": a.source,
         "last_seen_unix_ms": a.last_seen_unix_ms,
@@ -35,16 +36,6 @@ fn agent_json(a: &AgentInfo) -> serde_json::Value {
         "current_config_id": a.current_config_id,
         "error": a.error,
     })
-}
-
-fn health(a: &AgentInfo) -> String {
-    AgentHealth::try_from(a.health)
-        .map(|h| {
-            h.as_str_name()
-                .trim_start_matches("AGENT_HEALTH_")
-                .to_lowercase()
-        })
-        .unwrap_or_else(|_| "?".into())
 }
 
 fn gpus(a: &AgentInfo) -> String {
@@ -90,7 +81,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "{:<16}  {:<22}  {:<11}  {:<20}  {:<10}  {:<14}  {}",
             a.name,
             a.address,
-            health(a),
+            AgentHealth::word_of(a.health),
             gpus(a),
             a.source,
             ago(a.last_seen_unix_ms),

@@ -243,12 +243,12 @@ async fn bench(a: &Args, cfg: BenchConfig) -> anyhow::Result<ExitCode> {
         }
     );
     let cancel = CancellationToken::new();
-    let ctrl_c = cancel.clone();
+    let interrupted = cancel.clone();
+    let stop = fleetbench_support::signal::stop_signal().context("watching SIGINT and SIGTERM")?;
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\ninterrupted: finishing with what was measured");
-            ctrl_c.cancel();
-        }
+        let signal = stop.await;
+        eprintln!("\n{}: finishing with what was measured", signal.name());
+        interrupted.cancel();
     });
     let mut details = match &a.output_details {
         Some(p) => Some(std::io::BufWriter::new(

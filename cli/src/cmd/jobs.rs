@@ -1,17 +1,18 @@
 //! `fleetbench jobs`: the controller's jobs, newest first. Also home of the controller
 //! connection every job command shares ([`ControllerArgs`], [`connect`]).
 
+use fleetbench_proto::Word;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use fleetbench_controller::scheduler::kind_name;
 use fleetbench_proto::controllerpb::{
     Job, JobKind, JobState, ListJobsRequest, controller_client::ControllerClient,
 };
+use fleetbench_support::grpc::{self, ClientTls};
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// How to reach a controller.
 #[derive(Debug, Clone, clap::Args)]
@@ -133,22 +134,22 @@ async fn standby_pointer(c: &mut Client) -> anyhow::Result<Option<String>> {
 
 /// Connects to one controller URL.
 async fn connect_one(url: &str, args: &ControllerArgs) -> anyhow::Result<Client> {
-    let mut ep = Endpoint::from_shared(url.to_string())
-        .with_context(|| format!("--controller {url:?} is not a URL"))?
-        .connect_timeout(std::time::Duration::from_secs(5));
-    if let Some(ca) = &args.tls_ca {
-        let (cert, key) = (
-            args.tls_cert
+    let tls = match &args.tls_ca {
+        Some(ca) => Some(ClientTls {
+            ca,
+            cert: args
+                .tls_cert
                 .as_ref()
                 .context("--tls-cert is required with --tls-ca")?,
-            args.tls_key
+            key: args
+                .tls_key
                 .as_ref()
                 .context("--tls-key is required with --tls-ca")?,
-        );
-        let host = ep.uri().host().unwrap_or("localhost").to_string();
-        let tls = fleetbench_support::tls::client_tls(ca, cert, key, &host)?;
-        ep = ep.tls_config(tls)?;
-    }
+            domain: None,
+        }),
+        None => None,
+    };
+    let ep = grpc::endpoint(url, tls).context("--controller")?;
     let channel = ep
         .connect()
         .await
@@ -163,17 +164,6 @@ async fn connect_one(url: &str, args: &ControllerArgs) -> anyhow::Result<Client>
     };
     Ok(ControllerClient::with_interceptor(channel, Bearer(bearer))
         .max_decoding_message_size(256 * 1024 * 1024))
-}
-
-/// `jobs`, `FAILED`, … as people read them.
-pub fn state_name(state: i32) -> String {
-    JobState::try_from(state)
-        .map(|s| {
-            s.as_str_name()
-                .trim_start_matches("JOB_STATE_")
-                .to_lowercase()
-        })
-        .unwrap_or_else(|_| "?".into())
 }
 
 /// Seconds since a unix-ms timestamp, as "3m 12s".
@@ -225,11 +215,6 @@ impl From<KindArg> for JobKind {
     }
 }
 
-/// A stored kind as a word; a job stored before kinds were set is a sweep.
-fn kind_word(kind: i32) -> &'static str {
-    JobKind::try_from(kind).map_or("?", kind_name)
-}
-
 fn print_jobs(jobs: &[Job]) {
     println!(
         "{:<32}  {:<24}  {:<7}  {:<10}  {:>7}  {:>7}  {:>7}  CREATED",
@@ -240,8 +225,8 @@ fn print_jobs(jobs: &[Job]) {
             "{:<32}  {:<24}  {:<7}  {:<10}  {:>7}  {:>7}  {:>7}  {}",
             j.id,
             j.name,
-            kind_word(j.kind),
-            state_name(j.state),
+            JobKind::word_of(j.kind),
+            JobState::word_of(j.state),
             format!("{}/{}", j.trials_done, j.trials_total),
             format!("{}/{}", j.levels_done, j.levels_total),
             j.crashes,
@@ -300,7 +285,7 @@ fn levels_table(levels: &[fleetbench_proto::controllerpb::StoredLevel]) -> Strin
             l.workload.clone(),
             l.repeat.to_string(),
             fleetbench_controller::spec::level_label(&r.level.unwrap_or_default()),
-            crate::report::outcome_name(r.outcome),
+            fleetbench_proto::agentpb::LevelOutcome::word_of(r.outcome),
             fmt_num(r.output_tokens_per_s, 1),
             p99.map_or("-".into(), |v| format!("{} ms", fmt_num(v, 2))),
             l.gpu_power_w.map_or("-".into(), |w| fmt_num(w, 0)),

@@ -4,6 +4,7 @@
 //! controller (SQLite under `./fleetbench-data/`) and a local agent in this process, so nothing
 //! else is needed.
 
+use fleetbench_proto::Word;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use fleetbench_controller::HostConfig;
 use fleetbench_proto::controllerpb::{
-    CancelJobRequest, CompareRequest, GetResultsRequest, Job, SubmitJobRequest,
+    CancelJobRequest, CompareRequest, GetResultsRequest, Job, JobState, SubmitJobRequest,
 };
 
 use super::jobs::{Client, ControllerArgs, connect};
@@ -142,16 +143,17 @@ async fn submit_and_follow(
             ""
         }
     );
+    let stop = fleetbench_support::signal::stop_signal().context("watching SIGINT and SIGTERM")?;
     let job = tokio::select! {
         j = follow(&mut client, &resp.job_id) => j?,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("interrupted: cancelling job {} (stopping engines)…", resp.job_id);
+        signal = stop => {
+            eprintln!("{}: cancelling job {} (stopping engines)…", signal.name(), resp.job_id);
             let job = client
                 .cancel_job(CancelJobRequest { job_id: resp.job_id.clone() })
                 .await
                 .context("CancelJob")?
                 .into_inner();
-            eprintln!("job {} {}", job.id, super::jobs::state_name(job.state));
+            eprintln!("job {} {}", job.id, JobState::word_of(job.state));
             return Ok(ExitCode::from(130));
         }
     };

@@ -1,6 +1,7 @@
 //! `fleetbench watch ID`: a job's events, with a progress bar per host (the levels of the trial
 //! it runs) and one for the whole job. [`follow`] is shared with `fleetbench run`.
 
+use fleetbench_proto::Word;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use fleetbench_proto::controllerpb::{
 };
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::jobs::{Client, ControllerArgs, connect, state_name};
+use super::jobs::{Client, ControllerArgs, connect};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -189,13 +190,12 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
             Some(job_event::Event::Job(j)) => {
                 bars.job.set_length(u64::from(j.levels_total));
                 bars.job.set_position(u64::from(j.levels_done));
-                bars.state = state_name(j.state);
+                bars.state = JobState::word_of(j.state);
                 bars.trials_done = j.trials_done;
                 bars.trials_total = j.trials_total;
                 bars.crashes = j.crashes;
                 bars.job_message();
-                let done =
-                    j.state != JobState::Queued as i32 && j.state != JobState::Running as i32;
+                let done = JobState::is_final_value(j.state);
                 last = Some(j);
                 if done {
                     break;
@@ -239,10 +239,7 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                             t.workload,
                             t.repeat + 1,
                             t.attempt,
-                            state
-                                .as_str_name()
-                                .trim_start_matches("TRIAL_STATE_")
-                                .to_lowercase(),
+                            state.word(),
                             t.reason
                         ));
                         bar.set_message("idle");
@@ -310,7 +307,7 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
         "job {} ({}): {}  trials {}/{}  levels {}/{}  crashes {}{}",
         job.id,
         job.name,
-        state_name(job.state),
+        JobState::word_of(job.state),
         job.trials_done,
         job.trials_total,
         job.levels_done,

@@ -5,11 +5,12 @@
 
 use anyhow::Context;
 use fleetbench_controller::spec::level_label;
+use fleetbench_proto::Word;
 use fleetbench_proto::agentpb::{Distribution, LevelOutcome, engine_event};
 use fleetbench_proto::controllerpb::{Job, JobState, TrialState, WatchJobRequest, job_event};
 use serde_json::{Value, json};
 
-use super::jobs::{Client, state_name};
+use super::jobs::Client;
 
 fn dist(d: &Option<Distribution>) -> Value {
     match d {
@@ -26,7 +27,7 @@ fn job_json(j: &Job) -> Value {
         "event": "job",
         "id": j.id,
         "name": j.name,
-        "state": state_name(j.state),
+        "state": JobState::word_of(j.state),
         "trials_done": j.trials_done,
         "trials_total": j.trials_total,
         "levels_done": j.levels_done,
@@ -49,7 +50,7 @@ pub async fn follow_json(client: &mut Client, job_id: &str) -> anyhow::Result<Jo
         let line = match ev.event {
             Some(job_event::Event::Job(j)) => {
                 println!("{}", job_json(&j));
-                if j.state != JobState::Queued as i32 && j.state != JobState::Running as i32 {
+                if JobState::is_final_value(j.state) {
                     return Ok(j);
                 }
                 continue;
@@ -61,11 +62,7 @@ pub async fn follow_json(client: &mut Client, job_id: &str) -> anyhow::Result<Jo
                 "workload": t.workload,
                 "repeat": t.repeat,
                 "attempt": t.attempt,
-                "state": TrialState::try_from(t.state)
-                    .unwrap_or(TrialState::Unspecified)
-                    .as_str_name()
-                    .trim_start_matches("TRIAL_STATE_")
-                    .to_lowercase(),
+                "state": TrialState::word_of(t.state),
                 "reason": t.reason,
             }),
             Some(job_event::Event::Engine(e)) => match e.event.and_then(|x| x.event) {

@@ -1,13 +1,14 @@
 //! `results.csv`: one row per stored level result, every metric in its own column, so a
 //! spreadsheet or pandas reads it without knowing the proto.
 
+use fleetbench_proto::Word;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use fleetbench_proto::agentpb::{Distribution, LevelResult};
+use fleetbench_proto::agentpb::{CrashClass, Distribution, LevelOutcome, LevelResult};
 use fleetbench_proto::controllerpb::GetResultsResponse;
 
-use super::{crash_class_name, crash_line, outcome_name};
+use super::crash_line;
 
 const DISTS: [&str; 7] = [
     "ttft_ms",
@@ -154,8 +155,8 @@ pub(crate) fn write_csv(path: &Path, results: &GetResultsResponse) -> anyhow::Re
             opt(level.concurrency.map(|c| c.to_string())),
             opt(level.request_rate.map(|c| c.to_string())),
             level.burstiness.to_string(),
-            outcome_name(r.outcome),
-            opt(r.crash.as_ref().map(|c| crash_class_name(c.class))),
+            LevelOutcome::word_of(r.outcome),
+            opt(r.crash.as_ref().map(|c| CrashClass::word_of(c.class))),
             opt(r.crash.as_ref().map(crash_line)),
             r.completed.to_string(),
             r.failed.to_string(),

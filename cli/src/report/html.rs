@@ -1,5 +1,6 @@
 //! `report.html`: one self-contained page (inline CSS and SVG, no scripts, nothing fetched).
 
+use fleetbench_proto::Word;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -10,7 +11,8 @@ use fleetbench_proto::controllerpb::{
 use super::charts::{self, Colors, ENGINE_SERIES, GPU_SERIES};
 use super::plots::{Chart, svg};
 use super::table::winner_note;
-use super::{crash_class_name, crash_line, fmt_ms, fmt_num};
+use super::{crash_line, fmt_ms, fmt_num};
+use fleetbench_proto::agentpb::CrashClass;
 
 const CSS: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1240px; color: #222; padding: 0 16px; }
@@ -76,13 +78,7 @@ pub(crate) fn render(results: &GetResultsResponse, compare: &CompareResponse) ->
 
 fn header(h: &mut String, results: &GetResultsResponse, compare: &CompareResponse) {
     for j in &results.jobs {
-        let state = JobState::try_from(j.state)
-            .map(|s| {
-                s.as_str_name()
-                    .trim_start_matches("JOB_STATE_")
-                    .to_lowercase()
-            })
-            .unwrap_or_default();
+        let state = JobState::word_of(j.state);
         let _ = writeln!(
             h,
             "<p class=\"meta\">job <code>{}</code> ({}) · {} · trials {}/{} · levels {}/{} · crashes {}{}</p>",
@@ -158,7 +154,7 @@ fn comparison(h: &mut String, compare: &CompareResponse, colors: &Colors) {
                     class.push_str(" first");
                 }
                 let verdict = if c.crashed {
-                    format!("crashed ({})", crash_class_name(c.crash_class))
+                    format!("crashed ({})", CrashClass::word_of(c.crash_class))
                 } else if winner {
                     winner_note(g)
                 } else if !c.excluded_reason.is_empty() {
@@ -325,7 +321,7 @@ fn crashes(h: &mut String, compare: &CompareResponse) {
             esc(&c.host),
             esc(&c.workload),
             esc(&c.level_label),
-            esc(&crash_class_name(k.class)),
+            esc(&CrashClass::word_of(k.class)),
             if runs.len() > 1 {
                 format!(" · {} times", runs.len())
             } else {
@@ -368,13 +364,7 @@ fn configs(h: &mut String, results: &GetResultsResponse, colors: &Colors) {
             rows.entry((order, key))
                 .or_insert_with(|| vec!["—".into(); n])[i] = value;
         };
-        let kind = fleetbench_proto::agentpb::EngineKind::try_from(c.kind)
-            .map(|k| {
-                k.as_str_name()
-                    .trim_start_matches("ENGINE_KIND_")
-                    .to_lowercase()
-            })
-            .unwrap_or_default();
+        let kind = fleetbench_proto::agentpb::EngineKind::word_of(c.kind);
         set(0, "engine".into(), kind);
         set(0, "config id".into(), c.config_id.clone());
         if let Some(s) = &c.spec {
@@ -439,13 +429,7 @@ fn runs(h: &mut String, results: &GetResultsResponse) {
     }
     h.push_str("<table><tr><th class=\"l\">run</th><th class=\"l\">config</th><th class=\"l\">host</th><th class=\"l\">workload</th><th>repeat</th><th>attempt</th><th class=\"l\">state</th><th>start s</th><th class=\"l\">log facts</th></tr>\n");
     for r in &results.runs {
-        let state = RunState::try_from(r.state)
-            .map(|s| {
-                s.as_str_name()
-                    .trim_start_matches("RUN_STATE_")
-                    .to_lowercase()
-            })
-            .unwrap_or_default();
+        let state = RunState::word_of(r.state);
         let facts: Vec<String> = r
             .facts
             .iter()

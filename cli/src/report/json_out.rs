@@ -1,14 +1,15 @@
 //! `results.json`: everything stored for the job(s) and the comparison, with enum values as
 //! names (`"crashed"`, `"python_exception"`) so that scripts do not need the proto files.
 
-use fleetbench_proto::agentpb::{Crash, Distribution, EngineSpec, LevelResult, LoadLevel};
+use fleetbench_proto::Word;
+use fleetbench_proto::agentpb::{
+    Crash, CrashClass, Distribution, EngineSpec, LevelOutcome, LevelResult, LoadLevel,
+};
 use fleetbench_proto::controllerpb::{
     CompareResponse, ConfigInfo, GetResultsResponse, Job, JobState, Run, RunState, StoredLevel,
     TelemetryPoint,
 };
 use serde_json::{Value, json};
-
-use super::{crash_class_name, outcome_name};
 
 pub(crate) fn results_json(results: &GetResultsResponse, compare: &CompareResponse) -> Value {
     json!({
@@ -22,17 +23,10 @@ pub(crate) fn results_json(results: &GetResultsResponse, compare: &CompareRespon
     })
 }
 
-fn enum_name(name: Option<&str>, prefix: &str) -> String {
-    name.map_or_else(
-        || "unknown".into(),
-        |n| n.trim_start_matches(prefix).to_lowercase(),
-    )
-}
-
 fn job(j: &Job) -> Value {
     json!({
         "id": j.id, "name": j.name,
-        "state": enum_name(JobState::try_from(j.state).ok().map(|s| s.as_str_name()), "JOB_STATE_"),
+        "state": JobState::word_of(j.state),
         "file_name": j.file_name, "spec_toml": j.spec_toml,
         "created_unix_ms": j.created_unix_ms, "started_unix_ms": j.started_unix_ms,
         "finished_unix_ms": j.finished_unix_ms,
@@ -53,17 +47,14 @@ pub(crate) fn engine_spec(s: &EngineSpec) -> Value {
 fn config(c: &ConfigInfo) -> Value {
     json!({
         "config_id": c.config_id, "name": c.name, "job_id": c.job_id,
-        "kind": enum_name(
-            fleetbench_proto::agentpb::EngineKind::try_from(c.kind).ok().map(|k| k.as_str_name()),
-            "ENGINE_KIND_",
-        ),
+        "kind": fleetbench_proto::agentpb::EngineKind::word_of(c.kind),
         "spec": c.spec.as_ref().map(engine_spec),
     })
 }
 
 fn crash(c: &Crash) -> Value {
     json!({
-        "class": crash_class_name(c.class), "summary": c.summary,
+        "class": CrashClass::word_of(c.class), "summary": c.summary,
         "exception_type": c.exception_type, "message": c.message,
         "frames": c.frames, "log_tail": c.log_tail,
         "exit_code": c.exit_code, "signal": c.signal,
@@ -75,7 +66,7 @@ fn run(r: &Run) -> Value {
         "run_id": r.run_id, "job_id": r.job_id, "trial_id": r.trial_id, "host": r.host,
         "config_id": r.config_id, "config_name": r.config_name, "workload": r.workload,
         "repeat": r.repeat, "attempt": r.attempt,
-        "state": enum_name(RunState::try_from(r.state).ok().map(|s| s.as_str_name()), "RUN_STATE_"),
+        "state": RunState::word_of(r.state),
         "argv": r.argv,
         "facts": r.facts.iter().map(|f| json!({"key": f.key, "value": f.value})).collect::<Vec<_>>(),
         "crash": r.crash.as_ref().map(crash),
@@ -102,7 +93,7 @@ fn level_result(r: &LevelResult) -> Value {
     json!({
         "level_index": r.level_index,
         "level": r.level.as_ref().map(load_level),
-        "outcome": outcome_name(r.outcome),
+        "outcome": LevelOutcome::word_of(r.outcome),
         "crash": r.crash.as_ref().map(crash),
         "completed": r.completed, "failed": r.failed, "failures_by_kind": r.failures_by_kind,
         "duration_s": r.duration_s,
@@ -171,7 +162,7 @@ pub fn compare_json(c: &CompareResponse) -> Value {
                 "itl_p50_ms": s.itl_p50_ms, "itl_p99_ms": s.itl_p99_ms,
                 "e2e_p50_ms": s.e2e_p50_ms, "e2e_p99_ms": s.e2e_p99_ms,
                 "errors": s.errors, "crashed": s.crashed,
-                "crash_class": s.crashed.then(|| crash_class_name(s.crash_class)),
+                "crash_class": s.crashed.then(|| CrashClass::word_of(s.crash_class)),
                 "gpu_power_w": s.gpu_power_w,
                 "error_rate": s.error_rate,
                 "excluded_reason": (!s.excluded_reason.is_empty()).then_some(&s.excluded_reason),

@@ -4,10 +4,11 @@
 //!
 //! Used by `fleetbench run` (at the end of a job), `compare`, `report` and `diff`.
 
+use fleetbench_proto::Word;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use fleetbench_proto::agentpb::{CrashClass, LevelOutcome};
+use fleetbench_proto::agentpb::CrashClass;
 use fleetbench_proto::controllerpb::{CompareResponse, GetResultsResponse};
 
 mod charts;
@@ -44,28 +45,6 @@ pub fn write_all(
     Ok(vec![json, csv, html])
 }
 
-/// `python_exception`, `oom`, … as people read a crash class.
-pub fn crash_class_name(class: i32) -> String {
-    CrashClass::try_from(class)
-        .map(|c| {
-            c.as_str_name()
-                .trim_start_matches("CRASH_CLASS_")
-                .to_lowercase()
-        })
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// `ok`, `crashed`, `failed`.
-pub fn outcome_name(outcome: i32) -> String {
-    LevelOutcome::try_from(outcome)
-        .map(|c| {
-            c.as_str_name()
-                .trim_start_matches("LEVEL_OUTCOME_")
-                .to_lowercase()
-        })
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 /// The line a person reads first about a crash: its summary, else `Type: message`.
 pub fn crash_line(crash: &fleetbench_proto::agentpb::Crash) -> String {
     if !crash.summary.is_empty() {
@@ -75,7 +54,7 @@ pub fn crash_line(crash: &fleetbench_proto::agentpb::Crash) -> String {
         (false, false) => format!("{}: {}", crash.exception_type, crash.message),
         (false, true) => crash.exception_type.clone(),
         (true, false) => crash.message.clone(),
-        (true, true) => crash_class_name(crash.class),
+        (true, true) => CrashClass::word_of(crash.class),
     }
 }
 
@@ -131,9 +110,5 @@ mod tests {
         assert_eq!(fmt_ms(0.4213), "0.42");
         assert_eq!(fmt_ms(12.34), "12.3");
         assert_eq!(fmt_ms(2345.6), "2,346");
-        assert_eq!(
-            crash_class_name(CrashClass::PythonException as i32),
-            "python_exception"
-        );
     }
 }

@@ -3,9 +3,11 @@
 
 use comfy_table::presets::NOTHING;
 use comfy_table::{Cell, CellAlignment, Table, TableComponent};
+use fleetbench_proto::Word;
 use fleetbench_proto::controllerpb::{CompareGroup, CompareResponse};
 
-use super::{crash_class_name, crash_line, fmt_ms, fmt_num};
+use super::{crash_line, fmt_ms, fmt_num};
+use fleetbench_proto::agentpb::CrashClass;
 
 /// Prints [`render_compare`] to stdout.
 pub fn print_compare(compare: &CompareResponse) {
@@ -56,7 +58,7 @@ pub fn render_compare(compare: &CompareResponse) -> String {
             let (line, frame) = match &c.crash {
                 Some(k) => {
                     // A summary usually starts with the class already.
-                    let class = crash_class_name(k.class);
+                    let class = CrashClass::word_of(k.class);
                     let line = crash_line(k);
                     let line = if line.starts_with(&class) {
                         line
@@ -127,7 +129,7 @@ fn workload_table(groups: &[&CompareGroup]) -> Table {
     for g in groups {
         for (i, c) in g.configs.iter().enumerate() {
             let verdict = if c.crashed {
-                format!("CRASHED ({})", crash_class_name(c.crash_class))
+                format!("CRASHED ({})", CrashClass::word_of(c.crash_class))
             } else if c.config_name == g.winner_config {
                 winner_note(g)
             } else if !c.excluded_reason.is_empty() {

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use fleetbench_support::tls::{ClientTlsFiles, ServerTlsFiles};
 use serde::Deserialize;
 
 /// Errors loading the configuration. `Invalid` lists every problem, each naming its field.
@@ -28,7 +29,7 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 pub struct ApiAuth {
     /// Server certificate, key, and the CA client certificates must chain to (mTLS).
-    pub tls: Option<ApiTls>,
+    pub tls: Option<ServerTlsFiles>,
     /// A bearer token clients send as `authorization: Bearer TOKEN`.
     pub token: Option<String>,
     /// A file holding the bearer token (first line), instead of `token`.
@@ -53,15 +54,6 @@ pub struct ScopedToken {
     pub token_file: Option<PathBuf>,
 }
 
-/// mTLS material of the API.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiTls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: PathBuf,
-}
-
 /// Who may scrape `/metrics`. The series name jobs, hosts, models and configs: what a viewer
 /// reads through the API, so `viewer` asks for at least that role.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -83,22 +75,11 @@ pub struct MetricsConfig {
     pub auth: MetricsAuth,
     /// HTTPS for `/metrics`: server certificate and key, and the CA scrapers' client
     /// certificates chain to (a client certificate is optional; a token also works).
-    pub tls: Option<ApiTls>,
+    pub tls: Option<ServerTlsFiles>,
     /// Serve `/metrics` to anyone beyond loopback (no TLS, no auth). Off by default; a
     /// non-loopback `metrics_listen` without auth is refused unless this names the choice.
     #[serde(default)]
     pub unauthenticated_off_loopback: bool,
-}
-
-/// Client material the controller presents to agents (mTLS).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentTls {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// The name agents' certificates carry; default: the host part of each agent's address.
-    pub domain: Option<String>,
 }
 
 /// A host from the config file.
@@ -119,7 +100,7 @@ struct RawConfig {
     listen: String,
     #[serde(default)]
     api: ApiAuth,
-    agent_tls: Option<AgentTls>,
+    agent_tls: Option<ClientTlsFiles>,
     #[serde(default)]
     hosts: Vec<HostConfig>,
     #[serde(default = "default_store")]
@@ -185,7 +166,7 @@ pub struct ControllerConfig {
     pub api_token: Option<String>,
     /// `[[api.tokens]]`, read: each token with its role.
     pub scoped_tokens: Vec<(String, crate::authz::ApiRole)>,
-    pub agent_tls: Option<AgentTls>,
+    pub agent_tls: Option<ClientTlsFiles>,
     pub hosts: Vec<HostConfig>,
     /// `sqlite://PATH` or `postgres://…`.
     pub store_url: String,
@@ -454,7 +435,7 @@ impl RawConfig {
             ));
         }
         if let Some(tls) = &self.api.tls
-            && let Err(e) = fleetbench_support::tls::server_tls(&tls.cert, &tls.key, &tls.client_ca)
+            && let Err(e) = tls.load()
         {
             p.push(format!("api.tls: {e}"));
         }

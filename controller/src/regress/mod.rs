@@ -18,6 +18,7 @@ pub mod schedule;
 pub mod trend;
 pub mod verdict;
 
+use fleetbench_proto::Word;
 use fleetbench_proto::controllerpb::{Job, JobKind, JobState};
 use fleetbench_proto::now_unix_ms;
 
@@ -102,13 +103,7 @@ pub async fn run_suite<F: Fleet>(
     tracing::info!(suite = %name, job = %job_id, baseline = ?baseline_job, "suite run submitted");
     let job = fleet.wait(&job_id).await?;
     if job.state != JobState::Succeeded as i32 {
-        let state = JobState::try_from(job.state)
-            .map(|s| {
-                s.as_str_name()
-                    .trim_start_matches("JOB_STATE_")
-                    .to_lowercase()
-            })
-            .unwrap_or_default();
+        let state = JobState::word_of(job.state);
         return Err(RegressError::JobFailed {
             job_id,
             state,

@@ -1,6 +1,7 @@
 //! One job's loop: hands its trials to free matching hosts, retries trials whose host was lost
 //! on another host, and ends the job (succeeded, failed or cancelled) with every engine stopped.
 
+use fleetbench_proto::Word;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -392,22 +393,18 @@ async fn settle(
         }
         TrialOutcome::HostLost(reason) => {
             // The trial marked the host unreachable before its lease let go of it.
-            let text = format!(
-                "trial {} lost host {host} (attempt {}): {reason}",
-                t.id, t.attempts
-            );
-            ctx.store
-                .set_trial_state(&t.id, TrialState::HostLost, &reason)
-                .await?;
+            let text = format!("trial {} lost host {host}", t.id);
+            let retry = "retrying on another host";
             return retry_elsewhere(
                 ctx,
                 job_id,
                 queue,
                 t,
                 host,
-                &text,
+                TrialState::HostLost,
+                text,
                 &reason,
-                "retrying on another host",
+                retry,
             )
             .await;
         }
@@ -415,22 +412,18 @@ async fn settle(
             // The host answers (its lease was taken, or another holder had it): not marked
             // unreachable. The level in progress was not stored; the trial runs again and
             // skips the levels already stored.
-            let text = format!(
-                "trial {} interrupted on host {host} (attempt {}): {reason}",
-                t.id, t.attempts
-            );
-            ctx.store
-                .set_trial_state(&t.id, TrialState::Interrupted, &reason)
-                .await?;
+            let text = format!("trial {} interrupted on host {host}", t.id);
+            let retry = "the level in progress is not stored; re-running the trial";
             return retry_elsewhere(
                 ctx,
                 job_id,
                 queue,
                 t,
                 host,
-                &text,
+                TrialState::Interrupted,
+                text,
                 &reason,
-                "the level in progress is not stored; re-running the trial",
+                retry,
             )
             .await;
         }
@@ -439,9 +432,9 @@ async fn settle(
     Ok(None)
 }
 
-/// A trial that lost its host or its lease: the job's failure when it has no attempts left;
-/// else it goes first in the queue, away from `host`, and its block moves with it (the notes of
-/// the results then name both hosts).
+/// A trial that lost its host or its lease, recorded in `state`: the job's failure when it has
+/// no attempts left; else it goes first in the queue, away from `host`, and its block moves
+/// with it (the notes of the results then name both hosts).
 #[allow(clippy::too_many_arguments)]
 async fn retry_elsewhere(
     ctx: &Ctx,
@@ -449,10 +442,13 @@ async fn retry_elsewhere(
     queue: &mut Queue,
     t: TrialRow,
     host: &str,
-    text: &str,
+    state: TrialState,
+    what: String,
     reason: &str,
     retry: &str,
 ) -> Result<Option<String>, StoreError> {
+    ctx.store.set_trial_state(&t.id, state, reason).await?;
+    let text = format!("{what} (attempt {}): {reason}", t.attempts);
     if t.attempts >= ctx.trial_attempts {
         message(ctx, job_id, format!("{text}; no attempts left")).await?;
         return Ok(Some(format!(
@@ -494,10 +490,7 @@ fn no_host_message(ctx: &Ctx, spec: &spec::JobSpec, waited: Duration) -> String 
             format!(
                 "{} ({}, {})",
                 h.name,
-                h.health
-                    .as_str_name()
-                    .trim_start_matches("AGENT_HEALTH_")
-                    .to_lowercase(),
+                h.health.word(),
                 if fits { "matches" } else { "does not match" }
             )
         })

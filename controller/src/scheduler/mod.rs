@@ -13,6 +13,7 @@ mod telemetry;
 mod telemetry_writer;
 mod trial;
 
+use fleetbench_proto::Word;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -250,7 +251,7 @@ impl Scheduler {
             return Err(SchedulerError::NotLeading);
         }
         self.ctx.store.insert_job(&job, &configs, &trials).await?;
-        self.ctx.metrics.job_submitted(kind_name(kind));
+        self.ctx.metrics.job_submitted(&kind.word());
         tracing::info!(job = %id, name = %parsed.name, trials = trial_count, "job submitted");
         self.start(&id)?;
         Ok(SubmitJobResponse {
@@ -347,15 +348,6 @@ impl Scheduler {
             .get_job(job_id)
             .await?
             .ok_or_else(|| SchedulerError::NoSuchJob(job_id.to_string()))
-    }
-}
-
-/// A job kind as a word (`sweep`, `tune`, `regress`): metrics labels, CLI output, filters.
-pub fn kind_name(kind: JobKind) -> &'static str {
-    match kind {
-        JobKind::Unspecified | JobKind::Sweep => "sweep",
-        JobKind::Tune => "tune",
-        JobKind::Regress => "regress",
     }
 }
 

@@ -6,6 +6,7 @@
 //! transaction ([`Store::put_level`]); levels stored before version 7 get theirs when the store
 //! is opened ([`Store::fill_level_figures`]), so every past job shows in the dashboards.
 
+use fleetbench_proto::Word;
 use fleetbench_proto::agentpb::{Distribution, LevelResult};
 use fleetbench_proto::controllerpb::StoredLevel;
 use sqlx::{Any, Row, Transaction};
@@ -74,11 +75,7 @@ pub(crate) async fn write_figures(
     .bind(r.completed as i64)
     .bind(r.failed as i64)
     .bind(finite(r.duration_s))
-    .bind(
-        r.crash
-            .as_ref()
-            .map(|c| crate::metrics::crash_class_word(c.class())),
-    )
+    .bind(r.crash.as_ref().map(|c| c.class().word()))
     .bind(job_id)
     .bind(trial_id)
     .bind(level_index)

@@ -2,6 +2,7 @@
 //! the SLO (latency objectives, and the error rate within `max_error_rate`), the Pareto front
 //! of throughput against latency, and engine-minutes.
 
+use fleetbench_proto::Word;
 use std::collections::BTreeMap;
 
 use fleetbench_proto::agentpb::{LevelOutcome, LevelResult};
@@ -149,7 +150,7 @@ pub fn measure(
                 .crash
                 .as_ref()
                 .map(|c| {
-                    let word = crate::metrics::crash_class_word(c.class());
+                    let word = c.class().word();
                     format!("{word}: {}", c.summary)
                 })
                 .unwrap_or_else(|| "engine failed to start".into());

@@ -96,7 +96,7 @@ pub async fn wait_job(client: &mut ControllerClient<Channel>, id: &str, timeout:
             .await
             .expect("GetJob")
             .into_inner();
-        if job.state != JobState::Queued as i32 && job.state != JobState::Running as i32 {
+        if JobState::is_final_value(job.state) {
             return job;
         }
         assert!(

@@ -186,7 +186,7 @@ pub async fn wait_job(
             .await
             .expect("GetJob")
             .into_inner();
-        if job.state != JobState::Queued as i32 && job.state != JobState::Running as i32 {
+        if JobState::is_final_value(job.state) {
             return job;
         }
         assert!(

@@ -1,32 +1,9 @@
 //! How `fleetbench-agentctl` prints what the agent sends: one line per event or sample for
 //! people, or one JSON object per line with `--json`.
 
+use fleetbench_proto::Word;
 use fleetbench_proto::agentpb::{self, benchmark_event, engine_event};
 use serde_json::{Map, Value, json};
-
-fn enum_name(full: &str, prefix: &str) -> String {
-    full.strip_prefix(prefix)
-        .unwrap_or(full)
-        .to_ascii_lowercase()
-}
-
-fn state_name(v: i32) -> String {
-    agentpb::EngineState::try_from(v)
-        .map(|s| enum_name(s.as_str_name(), "ENGINE_STATE_"))
-        .unwrap_or_else(|_| format!("state {v}"))
-}
-
-fn crash_class_name(v: i32) -> String {
-    agentpb::CrashClass::try_from(v)
-        .map(|s| enum_name(s.as_str_name(), "CRASH_CLASS_"))
-        .unwrap_or_else(|_| format!("class {v}"))
-}
-
-fn outcome_name(v: i32) -> String {
-    agentpb::LevelOutcome::try_from(v)
-        .map(|s| enum_name(s.as_str_name(), "LEVEL_OUTCOME_"))
-        .unwrap_or_else(|_| format!("outcome {v}"))
-}
 
 fn opt<T: Into<Value>>(v: Option<T>) -> Value {
     v.map(Into::into).unwrap_or(Value::Null)
@@ -58,7 +35,7 @@ pub fn host(h: &agentpb::HostFacts, as_json: bool) {
             .iter()
             .map(|p| {
                 json!({"name": p.name,
-                       "kind": agentpb::EngineKind::try_from(p.kind).map(|k| enum_name(k.as_str_name(), "ENGINE_KIND_")).unwrap_or_default(),
+                       "kind": agentpb::EngineKind::word_of(p.kind),
                        "program": p.program,
                        "flags": p.flags.iter().map(|f| json!({"name": f.name, "type": f.r#type})).collect::<Vec<_>>(),
                        "allows_any_model": p.allows_any_model})
@@ -104,9 +81,7 @@ pub fn host(h: &agentpb::HostFacts, as_json: bool) {
         }
     }
     for p in &h.profiles {
-        let kind = agentpb::EngineKind::try_from(p.kind)
-            .map(|k| enum_name(k.as_str_name(), "ENGINE_KIND_"))
-            .unwrap_or_default();
+        let kind = agentpb::EngineKind::word_of(p.kind);
         println!(
             "profile {} ({kind}): {} ({} flags{})",
             p.name,
@@ -123,7 +98,7 @@ pub fn host(h: &agentpb::HostFacts, as_json: bool) {
 }
 
 fn crash_json(c: &agentpb::Crash) -> Value {
-    json!({"class": crash_class_name(c.class), "exception_type": c.exception_type,
+    json!({"class": agentpb::CrashClass::word_of(c.class), "exception_type": c.exception_type,
            "message": c.message, "frames": c.frames, "log_tail": c.log_tail,
            "exit_code": opt(c.exit_code), "signal": opt(c.signal), "summary": c.summary})
 }
@@ -218,7 +193,7 @@ pub fn status(s: &agentpb::EngineStatus, as_json: bool) {
             json!({"profile": sp.profile, "model": sp.model, "port": sp.port, "env": sp.env,
                    "flags": sp.flags.iter().map(|f| json!({"name": f.name, "value": opt(f.value.clone())})).collect::<Vec<_>>()})
         });
-        let v = json!({"state": state_name(s.state), "spec": spec, "config_id": s.config_id,
+        let v = json!({"state": agentpb::EngineState::word_of(s.state), "spec": spec, "config_id": s.config_id,
             "run_id": s.run_id, "pid": s.pid, "base_url": s.base_url, "since_unix_ms": s.since_unix_ms,
             "facts": s.facts.iter().map(|f| (f.key.clone(), Value::from(f.value.clone()))).collect::<Map<_, _>>(),
             "last_crash": s.last_crash.as_ref().map(crash_json), "log_path": s.log_path, "argv": s.argv,
@@ -226,7 +201,7 @@ pub fn status(s: &agentpb::EngineStatus, as_json: bool) {
         println!("{v}");
         return;
     }
-    println!("state: {}", state_name(s.state));
+    println!("state: {}", agentpb::EngineState::word_of(s.state));
     if let Some(sp) = &s.spec {
         let flags: Vec<String> = sp
             .flags
@@ -290,9 +265,7 @@ pub fn print_lease(l: Option<&agentpb::Lease>, note: &str) {
 
 pub fn log_line(l: &agentpb::LogLine, as_json: bool) {
     if as_json {
-        let stream = agentpb::LogStream::try_from(l.stream)
-            .map(|s| enum_name(s.as_str_name(), "LOG_STREAM_"))
-            .unwrap_or_default();
+        let stream = agentpb::LogStream::word_of(l.stream);
         println!(
             "{}",
             json!({"unix_ms": l.unix_ms, "stream": stream, "run_id": l.run_id, "line": l.line})
@@ -446,7 +419,7 @@ pub fn bench_event(ev: &agentpb::BenchmarkEvent, as_json: bool) {
                 println!(
                     "{}",
                     json!({"unix_ms": ev.unix_ms, "event": "level", "level_index": l.level_index,
-                        "concurrency": opt(conc), "outcome": outcome_name(l.outcome),
+                        "concurrency": opt(conc), "outcome": agentpb::LevelOutcome::word_of(l.outcome),
                         "crash": l.crash.as_ref().map(crash_json), "completed": l.completed, "failed": l.failed,
                         "failures_by_kind": l.failures_by_kind, "duration_s": l.duration_s,
                         "input_tokens": l.input_tokens, "output_tokens": l.output_tokens,
@@ -461,7 +434,7 @@ pub fn bench_event(ev: &agentpb::BenchmarkEvent, as_json: bool) {
             println!(
                 "{:>5} {:>8} {:>7} {:>6} {:>10.1} {:>8.2} {:>9} {:>9} {:>8} {:>8}",
                 l.level_index,
-                outcome_name(l.outcome),
+                agentpb::LevelOutcome::word_of(l.outcome),
                 conc.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
                 l.completed,
                 l.output_tokens_per_s,

@@ -2,6 +2,7 @@
 //! asked for (the group's stop sequence), and the release of its port and GPUs after it.
 
 use super::*;
+use fleetbench_proto::Word;
 
 impl Task {
     /// The engine's child exited on its own.
@@ -62,7 +63,7 @@ impl Task {
         let crash = self.classify_now(&e.plan, &e.run_id, info, note);
         let facts = e.facts.clone();
         e.span.in_scope(|| {
-            tracing::warn!(class = crash.class().as_str_name(), exception_type = %crash.exception_type, summary = %crash.summary, "engine failed")
+            tracing::warn!(class = crash.class().word(), exception_type = %crash.exception_type, summary = %crash.summary, "engine failed")
         });
         // Published before the cleanup so a running benchmark learns of it at once.
         self.publish(|s| {

@@ -49,7 +49,7 @@ impl Attempt<'_> {
                     let span = spans
                         .remove(&result.level_index)
                         .unwrap_or_else(|| self.level_span(result.level_index));
-                    record_level(&span, &result);
+                    fleetbench_proto::spans::record_level(&span, &result);
                     self.store_level(result).instrument(span).await?;
                 }
                 None => {}
@@ -66,28 +66,15 @@ impl Attempt<'_> {
             .get(index as usize)
             .cloned()
             .unwrap_or_default();
-        tracing::info_span!(
-            "bench.level",
+        fleetbench_proto::bench_level_span!(
+            index,
+            level,
             fleetbench.config.id = %c.config_id,
             fleetbench.config.name = %c.name,
             fleetbench.engine.kind = c.kind.as_str(),
             gen_ai.request.model = %c.model,
             fleetbench.host = %self.host,
             fleetbench.workload = %self.trial.workload,
-            fleetbench.level.index = i64::from(index),
-            fleetbench.concurrency = level.concurrency.map(|c| c as i64),
-            fleetbench.request_rate = level.request_rate,
-            fleetbench.level.output_tokens_per_s = tracing::field::Empty,
-            fleetbench.level.requests_per_s = tracing::field::Empty,
-            fleetbench.level.ttft_p50_ms = tracing::field::Empty,
-            fleetbench.level.ttft_p99_ms = tracing::field::Empty,
-            fleetbench.level.itl_p50_ms = tracing::field::Empty,
-            fleetbench.level.itl_p99_ms = tracing::field::Empty,
-            fleetbench.level.e2e_p50_ms = tracing::field::Empty,
-            fleetbench.level.e2e_p99_ms = tracing::field::Empty,
-            fleetbench.level.errors = tracing::field::Empty,
-            fleetbench.level.crashed = tracing::field::Empty,
-            fleetbench.crash.class = tracing::field::Empty,
         )
     }
 
@@ -161,34 +148,5 @@ impl Attempt<'_> {
             .emit(&self.trial.job_id, job_event::Event::Level(stored))
             .await?;
         Ok(())
-    }
-}
-
-fn pct(d: &Option<fleetbench_proto::agentpb::Distribution>, key: &str) -> f64 {
-    d.as_ref()
-        .and_then(|d| d.percentiles.get(key).copied())
-        .unwrap_or(f64::NAN)
-}
-
-fn record_level(span: &tracing::Span, r: &LevelResult) {
-    span.record(
-        "fleetbench.level.output_tokens_per_s",
-        r.output_tokens_per_s,
-    );
-    span.record("fleetbench.level.requests_per_s", r.requests_per_s);
-    span.record("fleetbench.level.ttft_p50_ms", pct(&r.ttft_ms, "p50"));
-    span.record("fleetbench.level.ttft_p99_ms", pct(&r.ttft_ms, "p99"));
-    span.record("fleetbench.level.itl_p50_ms", pct(&r.itl_ms, "p50"));
-    span.record("fleetbench.level.itl_p99_ms", pct(&r.itl_ms, "p99"));
-    span.record("fleetbench.level.e2e_p50_ms", pct(&r.e2e_ms, "p50"));
-    span.record("fleetbench.level.e2e_p99_ms", pct(&r.e2e_ms, "p99"));
-    span.record("fleetbench.level.errors", r.failed as i64);
-    let crashed = r.outcome == LevelOutcome::Crashed as i32;
-    span.record("fleetbench.level.crashed", crashed);
-    if let Some(c) = r.crash.as_ref().filter(|_| crashed) {
-        span.record(
-            "fleetbench.crash.class",
-            crate::metrics::crash_class_word(c.class()).as_str(),
-        );
     }
 }

@@ -5,6 +5,7 @@
 //! the lease ends (fenced off by another holder, or not renewed through a partition) the
 //! attempt stops at once, the level in progress is not stored, and the trial runs again.
 
+use fleetbench_proto::Word;
 use std::collections::HashMap;
 
 use fleetbench_proto::agentpb::{
@@ -416,10 +417,7 @@ impl Attempt<'_> {
         let class = crash.class();
         tracing::warn!(class = ?class, summary = %crash.summary, "engine failed to start");
         let span = tracing::Span::current();
-        span.record(
-            "fleetbench.crash.class",
-            crate::metrics::crash_class_word(class).as_str(),
-        );
+        span.record("fleetbench.crash.class", class.word().as_str());
         span.record("otel.status_code", "ERROR");
         span.record("otel.status_description", crash.summary.as_str());
         self.ctx
