@@ -11,7 +11,7 @@ use common::*;
 use fleetbench_controller::store::Store;
 use fleetbench_proto::agentpb::engine_event;
 use fleetbench_proto::controllerpb::{
-    AgentHealth, JobState, ListAgentsRequest, RunState, SubmitJobRequest, job_event,
+    AgentHealth, JobState, ListAgentsRequest, RunState, job_event,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,18 +27,8 @@ async fn a_killed_agents_trial_finishes_elsewhere_and_nothing_is_lost_or_doubled
     let mut client = client(ctl.addr).await;
 
     // 2 configs x 3 repeats = 6 trials over 3 hosts.
-    let resp = client
-        .submit_job(SubmitJobRequest {
-            spec_toml: sim_spec("spread", 3, &["a1", "a2", "a3"]),
-            file_name: "spread.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(resp.errors.is_empty(), "{:?}", resp.errors);
-    assert_eq!(resp.trial_count, 6);
-    let job_id = resp.job_id;
+    let spec = sim_spec("spread", 3, &["a1", "a2", "a3"]);
+    let job_id = submit_trials(&mut client, spec, "spread.toml", 6).await;
 
     // Wait until some host has stored a level of its trial, then kill that host's agent.
     let mut events = watch(&mut client, &job_id).await;

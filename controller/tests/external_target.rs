@@ -13,8 +13,7 @@ use std::time::Duration;
 use common::*;
 use fleetbench_proto::agentpb::LevelOutcome;
 use fleetbench_proto::controllerpb::{
-    GetResultsRequest, JobState, SubmitJobRequest, WatchJobRequest,
-    controller_client::ControllerClient,
+    GetResultsRequest, JobState, WatchJobRequest, controller_client::ControllerClient,
 };
 use fleetbench_testkit::servers::{LlamaServer, start_tls_proxy};
 
@@ -50,20 +49,6 @@ concurrency = [1, 2]
 requests = {REQUESTS}
 "#
     )
-}
-
-async fn submit(c: &mut ControllerClient<tonic::transport::Channel>, text: &str) -> String {
-    let r = c
-        .submit_job(SubmitJobRequest {
-            spec_toml: text.into(),
-            file_name: "job.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    r.job_id
 }
 
 /// Every event of a finished job, as the API replays it, in debug form.
@@ -130,7 +115,7 @@ async fn an_external_target_is_refused_without_the_key_and_measured_with_it_by_r
     let metrics = format!("metrics = [\"http://127.0.0.1:{}/metrics\"]", llama.port);
 
     // No key: the server refuses every request, and the level says so.
-    let id = submit(&mut c, &spec("no-key", &url, &ca, "")).await;
+    let id = submit_toml(&mut c, &spec("no-key", &url, &ca, "")).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
     let r = c
         .get_results(GetResultsRequest {
@@ -153,7 +138,7 @@ async fn an_external_target_is_refused_without_the_key_and_measured_with_it_by_r
     }
 
     // A reference the agent does not allow: refused by the agent, naming the field; nothing runs.
-    let id = submit(
+    let id = submit_toml(
         &mut c,
         &spec("not-allowed", &url, &ca, "api_key = \"env:HOME\""),
     )
@@ -168,7 +153,7 @@ async fn an_external_target_is_refused_without_the_key_and_measured_with_it_by_r
 
     // The key by reference, resolved on the agent: measured, with the engine's own metrics.
     let with_key = format!("api_key = \"env:{KEY_VAR}\"\n{metrics}");
-    let id = submit(&mut c, &spec("with-key", &url, &ca, &with_key)).await;
+    let id = submit_toml(&mut c, &spec("with-key", &url, &ca, &with_key)).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(180)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     let r = c
@@ -288,7 +273,7 @@ concurrency = [1, 4]
 requests = 8
 "#
     );
-    let id = submit(&mut c, &spec).await;
+    let id = submit_toml(&mut c, &spec).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     let r = c

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use fleetbench_controller::store::Store;
 use fleetbench_proto::agentpb::LevelOutcome;
-use fleetbench_proto::controllerpb::{JobState, RunState, SubmitJobRequest, TrialState, job_event};
+use fleetbench_proto::controllerpb::{JobState, RunState, TrialState, job_event};
 use fleetbench_testkit::output_text as text;
 
 fn agentctl(agent: &Proc, args: &[&str]) -> Output {
@@ -41,22 +41,12 @@ async fn agentctl_stop_is_refused_during_a_job_and_take_lease_interrupts_the_tri
     let mut client = client(ctl.addr).await;
 
     // One config, one repeat: one trial of four levels on the one host.
-    let resp = client
-        .submit_job(SubmitJobRequest {
-            spec_toml: sim_spec("fenced", 1, &["op1"]).replacen(
-                "[[configs]]\nname = \"B\"\nextends = \"A\"\nflags = { \"--itl-ms\" = 12 }\n",
-                "",
-                1,
-            ),
-            file_name: "fenced.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(resp.errors.is_empty(), "{:?}", resp.errors);
-    assert_eq!(resp.trial_count, 1);
-    let job_id = resp.job_id;
+    let one_config = sim_spec("fenced", 1, &["op1"]).replacen(
+        "[[configs]]\nname = \"B\"\nextends = \"A\"\nflags = { \"--itl-ms\" = 12 }\n",
+        "",
+        1,
+    );
+    let job_id = submit_trials(&mut client, one_config, "fenced.toml", 1).await;
     let mut events = watch(&mut client, &job_id).await;
     // Level 0 stored: the trial is in its benchmark, three levels to go.
     loop {

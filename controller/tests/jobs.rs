@@ -64,20 +64,6 @@ async fn results(
     .into_inner()
 }
 
-async fn submit(c: &mut ControllerClient<tonic::transport::Channel>, text: &str) -> String {
-    let r = c
-        .submit_job(SubmitJobRequest {
-            spec_toml: text.into(),
-            file_name: "job.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    r.job_id
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_is_a_result_and_the_engine_restarts_for_the_next_level() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,7 +71,7 @@ async fn a_crash_is_a_result_and_the_engine_restarts_for_the_next_level() {
     let ctl = controller(dir.path(), &[&agent], |_| {}).await;
     let mut c = client(ctl.addr).await;
     // Level 1 (8 in flight) is above the crash threshold; level 2 must still be measured.
-    let id = submit(
+    let id = submit_toml(
         &mut c,
         &spec("crash", r#", "--crash-above-batch" = 4"#, "1, 8, 2", 16),
     )
@@ -159,7 +145,7 @@ async fn cancel_ends_the_job_and_leaves_the_engine_stopped() {
     let mut c = client(ctl.addr).await;
     let text = spec("long", "", "1, 2, 3, 4, 5, 6", 60).replace("repeats", "x");
     let text = format!("repeats = 3\n{text}");
-    let id = submit(&mut c, &text).await;
+    let id = submit_toml(&mut c, &text).await;
     let mut s = c
         .watch_job(WatchJobRequest { job_id: id.clone() })
         .await
@@ -212,7 +198,7 @@ async fn an_engine_that_cannot_start_is_a_classified_result() {
     let mut c = client(ctl.addr).await;
     let oom = "\n[[configs]]\nname = \"B\"\nextends = \"A\"\n\
                flags = { \"--fault\" = \"oom-at-start\" }\n";
-    let id = submit(&mut c, &format!("{}{oom}", spec("oom", "", "1, 2", 4))).await;
+    let id = submit_toml(&mut c, &format!("{}{oom}", spec("oom", "", "1, 2", 4))).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     assert_eq!((job.trials_done, job.levels_done, job.crashes), (2, 2, 1));
@@ -233,7 +219,7 @@ async fn an_engine_that_cannot_start_is_a_classified_result() {
 
     // When no engine started at all, nothing was measured: the job fails and says why.
     let only_oom = spec("oom-only", r#", "--fault" = "oom-at-start""#, "1", 2);
-    let id = submit(&mut c, &only_oom).await;
+    let id = submit_toml(&mut c, &only_oom).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
     assert_eq!(job.state, JobState::Failed as i32, "{job:?}");
     assert!(job.error.contains("nothing was measured"), "{}", job.error);
@@ -345,7 +331,7 @@ async fn a_job_no_host_matches_fails_and_names_the_hosts() {
         "{}\n[hosts]\nnames = [\"gpu-9\"]\n",
         spec("nohost", "", "1", 2)
     );
-    let id = submit(&mut c, &text).await;
+    let id = submit_toml(&mut c, &text).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(60)).await;
     assert_eq!(job.state, JobState::Failed as i32);
     assert!(job.error.contains("no ready host matched"), "{}", job.error);
@@ -394,7 +380,7 @@ async fn a_job_runs_on_a_postgres_store() {
         "repeats = 2\n{}\n[[configs]]\nname = \"B\"\nextends = \"A\"\nflags = {{ \"--itl-ms\" = 7 }}\n",
         spec("pg", "", "1, 2, 4", 6)
     );
-    let id = submit(&mut c, &text).await;
+    let id = submit_toml(&mut c, &text).await;
     let job = wait_job(&mut c, &id, Duration::from_secs(180)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     assert_eq!((job.trials_done, job.levels_done), (4, 12));

@@ -13,8 +13,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
+use fleetbench_controller::metrics::Metrics;
 use fleetbench_controller::metrics::names;
-use fleetbench_controller::{HostConfig, metrics::Metrics};
 use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
 use fleetbench_support::telemetry;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -171,15 +171,7 @@ async fn a_job_exports_its_span_tree_agent_spans_and_metrics_over_otlp() {
     assert!(guard.exports_traces() && guard.exports_metrics());
     let dir = tempfile::tempdir().unwrap();
     let mut agent = spawn_agent(dir.path(), "h1", &otlp);
-    let mut config = fleetbench_controller::ControllerConfig::local(&format!(
-        "sqlite://{}",
-        dir.path().join("controller.db").display()
-    ));
-    config.hosts = vec![HostConfig {
-        name: "h1".into(),
-        address: agent.addr.to_string(),
-        labels: Default::default(),
-    }];
+    let config = common::sqlite_config(dir.path(), &[&agent]);
     let handle = fleetbench_controller::start(config, Metrics::new())
         .await
         .expect("controller");

@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 use std::time::Duration;
 
-use fleetbench_controller::{ControllerConfig, HostConfig};
 use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
 use serde_json::Value;
 use sqlx::postgres::{PgPool, PgRow};
@@ -170,12 +169,7 @@ async fn the_comparison_dashboard_reads_compares_numbers_from_postgres_after_a_r
 
     let dir = tempfile::tempdir().unwrap();
     let agent = common::spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
-    let mut config = ControllerConfig::local(&url);
-    config.hosts = vec![HostConfig {
-        name: "h1".into(),
-        address: agent.addr.to_string(),
-        labels: Default::default(),
-    }];
+    let config = common::config_with_hosts(&url, &[&agent]);
     let handle = fleetbench_controller::start(
         config.clone(),
         fleetbench_controller::metrics::Metrics::new(),

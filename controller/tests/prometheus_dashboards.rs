@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleetbench_controller::metrics::Metrics;
-use fleetbench_controller::{ControllerConfig, HostConfig};
 use fleetbench_proto::agentpb::{GpuSample, MetricsSample};
 use fleetbench_proto::controllerpb::{GetResultsRequest, JobState, SubmitJobRequest};
 use serde_json::Value;
@@ -198,16 +197,8 @@ fn resolve_variables(prom: SocketAddr, dashboard: &Value) -> HashMap<String, Str
 async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let dir = tempfile::tempdir().unwrap();
     let agent = common::spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
-    let mut config = ControllerConfig::local(&format!(
-        "sqlite://{}",
-        dir.path().join("controller.db").display()
-    ));
+    let mut config = common::sqlite_config(dir.path(), &[&agent]);
     config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
-    config.hosts = vec![HostConfig {
-        name: "h1".into(),
-        address: agent.addr.to_string(),
-        labels: Default::default(),
-    }];
     let metrics = Metrics::new();
     let handle = fleetbench_controller::start(config, metrics.clone())
         .await
@@ -388,21 +379,10 @@ async fn finished_jobs_and_lost_hosts_leave_prometheus() {
     let dir = tempfile::tempdir().unwrap();
     let a1 = common::spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
     let mut a2 = common::spawn_agent(dir.path(), "h2", fleetbench_testkit::free_port());
-    let mut config = ControllerConfig::local(&format!(
-        "sqlite://{}",
-        dir.path().join("controller.db").display()
-    ));
+    let mut config = common::sqlite_config(dir.path(), &[&a1, &a2]);
     config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     config.metrics_job_ttl = Duration::from_secs(8);
     config.heartbeat_interval = Duration::from_millis(500);
-    config.hosts = [&a1, &a2]
-        .iter()
-        .map(|a| HostConfig {
-            name: a.name.clone(),
-            address: a.addr.to_string(),
-            labels: Default::default(),
-        })
-        .collect();
     let metrics = Metrics::new();
     let handle = fleetbench_controller::start(config, metrics.clone())
         .await

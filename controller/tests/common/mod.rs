@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fleetbench_testkit::process;
 
 use fleetbench_proto::controllerpb::{
-    GetJobRequest, Job, JobEvent, JobState, SubmitJobRequest, WatchJobRequest,
+    GetJobRequest, Job, JobEvent, JobState, SubmitJobRequest, SubmitJobResponse, WatchJobRequest,
     controller_client::ControllerClient, job_event,
 };
 use tonic::transport::Channel;
@@ -150,6 +150,27 @@ pub type Events = tonic::Streaming<JobEvent>;
 
 /// Submits `spec` (it must be accepted) and returns the job's id.
 pub async fn submit(client: &mut Client, spec: String, file_name: &str) -> String {
+    accepted(client, spec, file_name).await.job_id
+}
+
+/// Submits `spec` as `job.toml` (it must be accepted) and returns the job's id.
+pub async fn submit_toml(client: &mut Client, spec: &str) -> String {
+    submit(client, spec.to_string(), "job.toml").await
+}
+
+/// Submits `spec` (it must be accepted and expand to `trials` trials); returns the job's id.
+pub async fn submit_trials(
+    client: &mut Client,
+    spec: String,
+    file_name: &str,
+    trials: u32,
+) -> String {
+    let resp = accepted(client, spec, file_name).await;
+    assert_eq!(resp.trial_count, trials, "trials of {file_name}");
+    resp.job_id
+}
+
+async fn accepted(client: &mut Client, spec: String, file_name: &str) -> SubmitJobResponse {
     let resp = client
         .submit_job(SubmitJobRequest {
             spec_toml: spec,
@@ -159,8 +180,8 @@ pub async fn submit(client: &mut Client, spec: String, file_name: &str) -> Strin
         .await
         .unwrap()
         .into_inner();
-    assert!(resp.errors.is_empty(), "{:?}", resp.errors);
-    resp.job_id
+    assert!(resp.errors.is_empty(), "{file_name}: {:?}", resp.errors);
+    resp
 }
 
 /// The job's event stream (its stored events first, then live ones).
@@ -251,11 +272,19 @@ impl TestDatabase {
 /// An in-process controller's config: a SQLite store in `dir`, heartbeats every 300 ms, these
 /// agents as its hosts.
 pub fn local_config(dir: &Path, agents: &[&Proc]) -> fleetbench_controller::ControllerConfig {
-    let mut cfg = fleetbench_controller::ControllerConfig::local(&format!(
-        "sqlite://{}",
-        dir.join("controller.db").display()
-    ));
+    let db = format!("sqlite://{}", dir.join("controller.db").display());
+    let mut cfg = config_with_hosts(&db, agents);
     cfg.heartbeat_interval = Duration::from_millis(300);
+    cfg
+}
+
+/// A controller's config on the store at `store_url` with these agents as its hosts, the rest
+/// as `ControllerConfig::local` sets it.
+pub fn config_with_hosts(
+    store_url: &str,
+    agents: &[&Proc],
+) -> fleetbench_controller::ControllerConfig {
+    let mut cfg = fleetbench_controller::ControllerConfig::local(store_url);
     cfg.hosts = agents
         .iter()
         .map(|a| fleetbench_controller::HostConfig {
@@ -265,6 +294,14 @@ pub fn local_config(dir: &Path, agents: &[&Proc]) -> fleetbench_controller::Cont
         })
         .collect();
     cfg
+}
+
+/// A controller's config on a SQLite store in `dir` with these agents as its hosts.
+pub fn sqlite_config(dir: &Path, agents: &[&Proc]) -> fleetbench_controller::ControllerConfig {
+    config_with_hosts(
+        &format!("sqlite://{}", dir.join("controller.db").display()),
+        agents,
+    )
 }
 
 /// Starts a controller in this process.
