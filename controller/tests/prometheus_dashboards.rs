@@ -193,19 +193,23 @@ fn resolve_variables(prom: SocketAddr, dashboard: &Value) -> HashMap<String, Str
     vars
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
-    let dir = tempfile::tempdir().unwrap();
-    let agent = common::spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
-    let mut config = common::sqlite_config(dir.path(), &[&agent]);
+/// Starts a controller in this process with `config` and `/metrics` on a free loopback port,
+/// and a real Prometheus scraping it every second; returns once the first scrape is in (a
+/// loaded machine may take seconds to it).
+async fn scraped_controller(
+    dir: &std::path::Path,
+    mut config: fleetbench_controller::ControllerConfig,
+) -> (
+    fleetbench_controller::ControllerHandle,
+    Arc<Metrics>,
+    Prometheus,
+) {
     config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     let metrics = Metrics::new();
     let handle = fleetbench_controller::start(config, metrics.clone())
         .await
         .expect("controller");
-    let metrics_addr = handle.metrics_addr.expect("metrics served");
-    let prom = start_prometheus(dir.path(), metrics_addr);
-    // A loaded machine may take seconds to the first scrape.
+    let prom = start_prometheus(dir, handle.metrics_addr.expect("metrics served"));
     wait_query(
         prom.addr,
         "up{job=\"fleetbench-controller\"} == 1",
@@ -214,6 +218,15 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
         |r| !r.is_empty(),
     )
     .await;
+    (handle, metrics, prom)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = common::spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
+    let config = common::sqlite_config(dir.path(), &[&agent]);
+    let (handle, metrics, prom) = scraped_controller(dir.path(), config).await;
     let start = now_s();
 
     let rounds = recorded_gpu_samples();
@@ -380,23 +393,10 @@ async fn finished_jobs_and_lost_hosts_leave_prometheus() {
     let a1 = common::spawn_agent(dir.path(), "h1", fleetbench_testkit::free_port());
     let mut a2 = common::spawn_agent(dir.path(), "h2", fleetbench_testkit::free_port());
     let mut config = common::sqlite_config(dir.path(), &[&a1, &a2]);
-    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     config.metrics_job_ttl = Duration::from_secs(8);
     config.heartbeat_interval = Duration::from_millis(500);
-    let metrics = Metrics::new();
-    let handle = fleetbench_controller::start(config, metrics.clone())
-        .await
-        .expect("controller");
-    let prom = start_prometheus(dir.path(), handle.metrics_addr.expect("metrics served"));
-    // A loaded machine may take seconds to the first scrape; the job is shorter than that.
-    wait_query(
-        prom.addr,
-        "up{job=\"fleetbench-controller\"} == 1",
-        Duration::from_secs(60),
-        "the controller scraped",
-        |r| !r.is_empty(),
-    )
-    .await;
+    // The job is shorter than a loaded machine's wait for the first scrape: it starts after it.
+    let (handle, metrics, prom) = scraped_controller(dir.path(), config).await;
     let mut client = common::client(handle.addr).await;
     let resp = client
         .submit_job(SubmitJobRequest {
