@@ -2,14 +2,18 @@
 //! over its repeats, the winner with its margin, whether that margin is significant, where the
 //! winner changes with load, and the crashes.
 //!
-//! Significance (docs/tuning.md): Welch's t-test on the log of output tokens/s, winner against
-//! runner-up, two-sided at `alpha` (0.05 unless asked otherwise), with Holm's correction over
-//! every level and workload tested, so that an A/A job calls anything significant at most
-//! `alpha` of the time. Each tested level also carries the effect (ratio of geometric means)
-//! with its confidence interval and the minimum detectable effect at its repeat count. With one
-//! repeat on a side no spread was measured and nothing is tested. Crossovers are reported only
-//! between levels whose winners are significant: a "crossover" between two configs that are
-//! not told apart is noise.
+//! Significance (docs/tuning.md): winner against runner-up on the log of output tokens/s, as
+//! the job's design allows (`design`: paired by repeat block in a blocked job, two samples
+//! otherwise, through a shared config across jobs), the variances moderated over the levels
+//! compared (`fleetbench_stats::moderated`), two-sided at `alpha` (0.05 unless asked
+//! otherwise), with Holm's correction over every level and workload tested, so that an A/A
+//! job calls anything significant at most `alpha` of the time. The winner is the config with
+//! the highest geometric mean, the scale the test uses; each tested level carries the effect
+//! with the interval at the level Holm tested it at (it excludes 0 exactly when the level is
+//! significant) and the effect the test detects with 80% power. With one repeat on a side no
+//! spread was measured and nothing is tested. Crossovers are reported only between levels
+//! whose winners are significant: a "crossover" between two configs that are not told apart
+//! is noise.
 //!
 //! A config may not win a level when its engine crashed, or its level failed, in any repeat (a
 //! config that falls over is not a candidate at that load), or when its error rate at the level
@@ -25,28 +29,63 @@ use fleetbench_proto::controllerpb::{
     RunState, StoredLevel,
 };
 
+use fleetbench_stats::contrast::Design;
 use fleetbench_stats::decide::{LevelTest, compare_family};
 
-use crate::spec::level_label;
+use crate::spec::{Order, level_label};
+use design::{Plan, Point, Side};
+
+mod design;
 
 /// Compares every config of the jobs in `results` (one job or several) at the default alpha.
 pub fn compare(results: &GetResultsResponse) -> CompareResponse {
     compare_at(results, fleetbench_stats::DEFAULT_ALPHA)
 }
 
-/// The highest error rate each job's spec allows (the default where a spec cannot be read).
-fn max_error_rates(results: &GetResultsResponse) -> HashMap<String, f64> {
-    results
+/// What a job's spec decides for its comparison, read once from the parsed spec.
+#[derive(Debug, Clone, Copy)]
+struct JobRules {
+    max_error_rate: f64,
+    order: Option<Order>,
+}
+
+/// Every job's rules, and notes for specs that cannot be read (stored by an older version):
+/// their rules fall back to the defaults, and the response says so.
+fn job_rules(results: &GetResultsResponse) -> (HashMap<String, JobRules>, Vec<String>) {
+    let mut notes = Vec::new();
+    let rules = results
         .jobs
         .iter()
         .map(|j| {
-            let max = crate::spec::parse(&j.file_name, &j.spec_toml)
-                .map_or(crate::spec::DEFAULT_MAX_ERROR_RATE, |s| {
-                    s.load.slo.max_error_rate
-                });
-            (j.id.clone(), max)
+            let rules = match crate::spec::parse(&j.file_name, &j.spec_toml) {
+                Ok(s) => JobRules {
+                    max_error_rate: s.load.slo.max_error_rate,
+                    order: Some(s.order),
+                },
+                Err(e) => {
+                    notes.push(format!(
+                        "the spec of job {} could not be read ({}): max_error_rate {:.0}% \
+                         assumed and its levels tested as two samples",
+                        j.id.chars().take(8).collect::<String>(),
+                        crate::spec::render_errors(&e)
+                            .lines()
+                            .next()
+                            .unwrap_or_default(),
+                        crate::spec::DEFAULT_MAX_ERROR_RATE * 100.0
+                    ));
+                    JobRules {
+                        max_error_rate: crate::spec::DEFAULT_MAX_ERROR_RATE,
+                        order: None,
+                    }
+                }
+            };
+            if let Some(note) = rules.order.and_then(|o| design::order_note(&j.id, o)) {
+                notes.push(note);
+            }
+            (j.id.clone(), rules)
         })
-        .collect()
+        .collect();
+    (rules, notes)
 }
 
 /// Compares every config of the jobs in `results` at significance level `alpha` (0 < alpha < 1).
@@ -58,7 +97,7 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
     };
     let names = display_names(results);
     let levels = latest_attempts(&results.levels);
-    let max_errors = max_error_rates(results);
+    let (rules, notes) = job_rules(results);
 
     let mut groups: BTreeMap<(String, LevelKey), LevelSamples<'_>> = BTreeMap::new();
     for l in &levels {
@@ -77,56 +116,77 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
 
     let mut out = CompareResponse {
         alpha,
+        notes,
         ..Default::default()
     };
-    let mut samples: Vec<Option<Pair>> = Vec::new();
+    let mut plans: Vec<Option<Plan>> = Vec::new();
     for ((workload, _), (level, configs)) in &groups {
         let stats: Vec<Scored> = configs
             .iter()
             .map(|(key, s)| {
-                let max = max_errors
+                let max = rules
                     .get(&key.job_id)
-                    .copied()
-                    .unwrap_or(crate::spec::DEFAULT_MAX_ERROR_RATE);
+                    .map_or(crate::spec::DEFAULT_MAX_ERROR_RATE, |r| r.max_error_rate);
                 config_stats(key, s, &names, max)
             })
             .collect();
-        let (group, pair) = decide(workload, level, stats);
+        let (group, plan) = decide(workload, level, stats, &rules);
         out.groups.push(group);
-        samples.push(pair);
+        plans.push(plan);
     }
-    test_groups(&mut out, &samples, alpha);
+    if plans.iter().any(|p| matches!(p, Some(Plan::Refused(_)))) {
+        out.notes.push(
+            "configs from different jobs are compared only through a config both jobs ran \
+             (see the levels marked untested)"
+                .to_string(),
+        );
+    }
+    test_groups(&mut out, &plans, alpha);
     out.crossovers = crossovers(&out.groups);
     out.crashes = crashes(results, &levels, &names);
     out
 }
 
-/// The winner's and the runner-up's per-repeat throughputs at a level.
-type Pair = (Vec<f64>, Vec<f64>);
-
 /// A config's figures at a level, its per-repeat throughputs, and why it may not win (None:
 /// it may).
 struct Scored {
     stats: ConfigLevelStats,
-    throughputs: Vec<f64>,
+    points: Vec<Point>,
+    /// Mean of the logs of the throughputs (the geometric mean's log): the ranking's scale.
+    log_mean: f64,
     excluded: Option<String>,
 }
 
-/// Runs the family of tests (winner against runner-up wherever there is one) and writes each
-/// group's verdict.
-fn test_groups(out: &mut CompareResponse, pairs: &[Option<Pair>], alpha: f64) {
-    let tested: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].is_some()).collect();
-    let refs: Vec<(&[f64], &[f64])> = tested
+impl Scored {
+    fn side(&self) -> Side<'_> {
+        Side {
+            job_id: &self.stats.job_id,
+            config_id: &self.stats.config_id,
+            points: &self.points,
+        }
+    }
+}
+
+/// Runs the family of tests (winner against runner-up wherever one is possible) and writes
+/// each group's verdict: one statement, whose interval, test and winner agree.
+fn test_groups(out: &mut CompareResponse, plans: &[Option<Plan>], alpha: f64) {
+    let tested: Vec<(usize, Design<'_>)> = plans
         .iter()
-        .filter_map(|&i| pairs[i].as_ref().map(|(w, r)| (&w[..], &r[..])))
+        .enumerate()
+        .filter_map(|(i, p)| Some((i, p.as_ref()?.design()?)))
         .collect();
-    let calls = compare_family(&refs, alpha);
+    let designs: Vec<Design<'_>> = tested.iter().map(|(_, d)| *d).collect();
+    let calls = compare_family(&designs, alpha);
     out.tests = calls
         .iter()
-        .filter(|c| matches!(c.test, LevelTest::Tested { .. }))
+        .filter(|c| matches!(c.test, LevelTest::Tested(_)))
         .count() as u32;
-    for (&i, call) in tested.iter().zip(&calls) {
-        let g = &mut out.groups[i];
+    for ((i, _), call) in tested.iter().zip(&calls) {
+        let g = &mut out.groups[*i];
+        let through = match &plans[*i] {
+            Some(Plan::Referenced { reference, .. }) => format!(" (relative to {reference})"),
+            _ => String::new(),
+        };
         match call.test {
             LevelTest::NoSpread => {
                 g.verdict = format!(
@@ -134,19 +194,35 @@ fn test_groups(out: &mut CompareResponse, pairs: &[Option<Pair>], alpha: f64) {
                     g.winner_config, g.margin_pct
                 );
             }
-            LevelTest::Tested { effect, mde } => {
+            LevelTest::Tested(t) => {
                 let pct = |x: f64| (x - 1.0) * 100.0;
                 g.tested = true;
                 g.p_value = call.p;
                 g.p_adjusted = call.p_adjusted;
-                g.effect_pct = pct(effect.ratio);
-                g.effect_low_pct = pct(effect.low);
-                g.effect_high_pct = pct(effect.high);
-                g.mde_pct = mde.map(|m| m * 100.0);
+                g.effect_pct = pct(t.ratio);
+                g.effect_low_pct = pct(t.low);
+                g.effect_high_pct = pct(t.high);
+                g.margin_pct = g.effect_pct;
+                g.mde_pct = t.mde().map(|m| m * 100.0);
                 g.margin_significant = call.significant;
+                g.test = t.contrast.kind.words().to_string();
+                g.df = t.df;
+                g.moderated = t.prior_d0.is_some();
+                g.interval_confidence = t.confidence;
                 let ci = format!(
-                    "{:+.1}% [{:+.1}% .. {:+.1}%]",
+                    "{:+.1}% [{:+.1}% .. {:+.1}%]{through}",
                     g.effect_pct, g.effect_low_pct, g.effect_high_pct
+                );
+                let how = format!(
+                    "{}, {:.1} df{}; interval at {:.2}%, Holm's level for this test",
+                    g.test,
+                    t.df,
+                    if g.moderated {
+                        format!(", variance moderated over {} levels", t.prior_features)
+                    } else {
+                        String::new()
+                    },
+                    t.confidence * 100.0
                 );
                 let mde = g
                     .mde_pct
@@ -154,19 +230,25 @@ fn test_groups(out: &mut CompareResponse, pairs: &[Option<Pair>], alpha: f64) {
                     .unwrap_or_default();
                 g.verdict = if call.significant {
                     format!(
-                        "{} wins by {ci}, significant (p {:.3}, Holm {:.3}{mde})",
+                        "{} wins by {ci}, significant (p {:.3}, Holm {:.3}{mde}; {how})",
                         g.winner_config, call.p, call.p_adjusted
                     )
                 } else {
                     format!(
-                        "{} vs {}: {ci}, not significant (p {:.3}, Holm {:.3}{mde})",
+                        "{} vs {}: {ci}, not significant (p {:.3}, Holm {:.3}{mde}; {how})",
                         g.winner_config, g.runner_up_config, call.p, call.p_adjusted
                     )
                 };
             }
         }
     }
-    for g in &mut out.groups {
+    for (g, plan) in out.groups.iter_mut().zip(plans) {
+        if let Some(Plan::Refused(why)) = plan {
+            g.verdict = format!(
+                "{} vs {}: {:+.1}%, untested: {why}",
+                g.winner_config, g.runner_up_config, g.margin_pct
+            );
+        }
         let why: Vec<String> = g
             .configs
             .iter()
@@ -328,6 +410,20 @@ fn config_stats(
         .copied()
         .find(|r| r.outcome() == LevelOutcome::Crashed);
     let tput: Vec<f64> = ok.iter().map(|r| r.output_tokens_per_s).collect();
+    let points: Vec<Point> = samples
+        .iter()
+        .filter_map(|l| {
+            let r = l.result.as_ref()?;
+            (r.outcome() == LevelOutcome::Ok).then(|| Point {
+                repeat: l.repeat,
+                host: l.host.clone(),
+                value: r.output_tokens_per_s,
+            })
+        })
+        .collect();
+    let log_mean = fleetbench_stats::logs(&tput)
+        .filter(|l| !l.is_empty())
+        .map_or(f64::NEG_INFINITY, |l| mean(&l));
     let avg = |f: &dyn Fn(&agentpb::LevelResult) -> Option<f64>| {
         let xs: Vec<f64> = ok.iter().filter_map(|r| f(r)).collect();
         mean(&xs)
@@ -411,18 +507,21 @@ fn config_stats(
     };
     Scored {
         stats,
-        throughputs: tput,
+        points,
+        log_mean,
         excluded,
     }
 }
 
-/// A group's winner and runner-up (by mean output tokens/s among the configs that may win),
-/// and their per-repeat throughputs for the test.
+/// A group's winner and runner-up (by geometric mean output tokens/s among the configs that
+/// may win: the scale of the test) and how they are compared. Across jobs the comparison runs
+/// through a shared config, and the winner is the one that comparison favours.
 fn decide(
     workload: &str,
     level: &agentpb::LoadLevel,
     configs: Vec<Scored>,
-) -> (CompareGroup, Option<Pair>) {
+    rules: &HashMap<String, JobRules>,
+) -> (CompareGroup, Option<Plan>) {
     let mut group = CompareGroup {
         workload: workload.to_string(),
         level: Some(*level),
@@ -430,26 +529,37 @@ fn decide(
         ..Default::default()
     };
     let mut ranked: Vec<&Scored> = configs.iter().filter(|s| s.excluded.is_none()).collect();
-    ranked.sort_by(|a, b| {
-        b.stats
-            .output_tokens_per_s
-            .total_cmp(&a.stats.output_tokens_per_s)
-    });
-    let mut pair = None;
-    if let Some(w) = ranked.first() {
-        group.winner_config = w.stats.config_name.clone();
-        if let Some(r) = ranked.get(1) {
-            group.runner_up_config = r.stats.config_name.clone();
-            if r.stats.output_tokens_per_s > 0.0 {
-                group.margin_pct = (w.stats.output_tokens_per_s - r.stats.output_tokens_per_s)
-                    / r.stats.output_tokens_per_s
-                    * 100.0;
+    ranked.sort_by(|a, b| b.log_mean.total_cmp(&a.log_mean));
+    let mut plan = None;
+    if let Some(&first) = ranked.first() {
+        let (mut w, mut r) = (first, ranked.get(1).copied());
+        if let Some(second) = r {
+            let others: Vec<(Side<'_>, String)> = configs
+                .iter()
+                .map(|s| (s.side(), s.stats.config_name.clone()))
+                .collect();
+            let order = rules.get(&first.stats.job_id).and_then(|r| r.order);
+            let mut p = design::plan(&first.side(), &second.side(), &others, order);
+            // Across jobs the shared config decides who leads: swap when it favours the
+            // runner-up by geometric mean.
+            if p.design()
+                .and_then(|d| d.contrast())
+                .is_some_and(|c| c.diff < 0.0)
+                && matches!(p, Plan::Referenced { .. })
+            {
+                (w, r) = (second, Some(first));
+                p = design::plan(&second.side(), &first.side(), &others, order);
             }
-            pair = Some((w.throughputs.clone(), r.throughputs.clone()));
+            plan = Some(p);
+        }
+        group.winner_config = w.stats.config_name.clone();
+        if let Some(r) = r {
+            group.runner_up_config = r.stats.config_name.clone();
+            group.margin_pct = ((w.log_mean - r.log_mean).exp() - 1.0) * 100.0;
         }
     }
     group.configs = configs.into_iter().map(|s| s.stats).collect();
-    (group, pair)
+    (group, plan)
 }
 
 fn crossovers(groups: &[CompareGroup]) -> Vec<Crossover> {

@@ -79,7 +79,7 @@ fn regress_exits_by_verdict_and_writes_junit() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(2), "{out}");
     assert!(
-        out.contains("bad.toml:24: suite.metrics[0].tolerance: a relative tolerance is at least 0 and below 1"),
+        out.contains("bad.toml:26: suite.metrics[0].tolerance: a relative tolerance is at least 0 and below 1"),
         "{out}"
     );
 }

@@ -1,6 +1,6 @@
 //! Regression suites end to end: real agent processes running the simulated engine, an
 //! embedded controller, the suite runner. A small, seeded version of the detection benchmark
-//! (`benches/regress_detection.rs`): no change passes, a 30% slower build fails (10% tolerance), the history
+//! (`benches/regress_detection.rs`): no change passes, a 50% slower build fails (10% tolerance), the history
 //! picks the last passing run, JUnit XML and metrics carry the verdicts.
 
 mod regress_common;
@@ -58,7 +58,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     assert_eq!(same.baseline_job_id.as_deref(), Some(first.job.id.as_str()));
     assert!(same.passed, "{}", regress::verdict::render(&same.verdicts));
 
-    // A 30% slower build: both metrics regress, outside the noise.
+    // A 50% slower build: both metrics regress, outside the noise.
     let slow = regress::run_suite(
         &mut client,
         history,
@@ -77,7 +77,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
             v.metric.name(),
             v.detail
         );
-        let c = v.change.expect("a change with its interval");
+        let c = v.test.expect("a test with its interval");
         assert!(
             c.relative.abs() > regress_common::TEST_TOLERANCE && c.low * c.high > 0.0,
             "{c:?}"

@@ -5,7 +5,11 @@
 //! - [`dist`]: Student's t (CDF and quantile, via the regularized incomplete beta) and the
 //!   normal distribution.
 //! - [`two_sample`]: Welch's t-test on log values, the effect as a ratio of geometric means
-//!   with its interval, and the minimum detectable effect.
+//!   with its interval.
+//! - [`contrast`]: one comparison as the job's design allows it (paired within repeat blocks,
+//!   two samples, or through a config two jobs share).
+//! - [`moderated`]: empirical-Bayes variances shared across a job's levels (Smyth 2004).
+//! - [`power`]: exact power of a t-test and the detectable effect it implies.
 //! - [`multiple`]: Holm and Benjamini–Hochberg adjusted p-values.
 //! - [`regress`]: the regression interval (t-based, between-run variance from the history
 //!   pooled in), one-sided tests against zero and against a tolerance, error-rate rises.
@@ -18,9 +22,12 @@
 //! ratio ("5% slower"), which on the log scale is a difference.
 
 pub mod changepoint;
+pub mod contrast;
 pub mod decide;
 pub mod dist;
+pub mod moderated;
 pub mod multiple;
+pub mod power;
 pub mod regress;
 pub mod two_sample;
 

@@ -1,97 +1,39 @@
-//! A regression verdict's statistics: the change of a metric between a baseline run and the
-//! current run, with an interval that keeps its coverage at small n, and the variance between
-//! runs learned from the suite's history.
+//! Regression verdicts: a suite run's checks against the baseline run, with error rates that
+//! hold at every history length.
 //!
-//! Why not the repeats alone: the repeats of one job share a host, a driver, a thermal state
-//! and a model load, so their spread says nothing of how much two *runs* differ with no change
-//! at all (CI saw 4.5%). A one-way random-effects model of the history (runs as groups, repeats
-//! within) separates the two: σ²_between from the spread of run means beyond what the repeats
-//! explain, σ²_within from the repeats. The difference of two runs' log means then has variance
-//! 2σ²_between + σ²_within (1/n_base + 1/n_cur), and Satterthwaite gives its degrees of
-//! freedom. Without a usable history the test is Welch's on the two runs' repeats (and says so).
+//! Why the repeats alone cannot judge a run: the repeats of one job share a host, a driver, a
+//! thermal state and a model load, so their spread says nothing of how much two *runs* differ
+//! with no change at all (CI saw 4.5%). What a check's verdict needs is the variance of a
+//! run's mean, run to run. The stored history gives it directly: the spread of the stored
+//! runs' means (log scale) estimates σ²_run = σ²_between + σ²_within / n with K − 1 degrees of
+//! freedom for K runs, with no subtraction that could come out negative (a truncated estimate
+//! of σ²_between left the within-run spread alone in charge and cried wolf in new suites).
+//! The checks of a suite with the same metric share a prior for it (`crate::moderated`), so a
+//! young suite borrows strength across its levels and configs.
 //!
-//! Minimum n: two repeats per side ([`MIN_REPEATS`]), or one with a history of three or more
-//! runs (whose spread stands in). Otherwise no spread was measured and no interval is given;
-//! a single value is never printed as an interval.
+//! - With fewer than [`MIN_HISTORY_RUNS`] stored runs no run-to-run variance exists: the check
+//!   says "baseline forming" and passes; its error rate is 0 by construction.
+//! - The tolerance is tested, not compared with the point estimate: a check regresses when
+//!   the one-sided test of H0 "worse by at most the tolerance" rejects at alpha after Holm's
+//!   correction over the suite. A true slowdown of exactly the tolerance then fails at most
+//!   alpha of suites; a smaller one less often.
+//! - The interval printed is the one the test implies: two-sided at 1 − 2·(Holm's level for
+//!   this check), so its worse end lies beyond the tolerance exactly when the check regresses.
 
 use serde::Serialize;
 
-use crate::dist::{normal_cdf, t_cdf, t_quantile, t_sf};
-use crate::two_sample::{Sample, satterthwaite, welch};
+use crate::dist::{normal_cdf, t_quantile, t_sf};
+use crate::moderated::{Prior, fit_prior};
+use crate::multiple::holm;
 use crate::{logs, mean_var};
 
-/// The fewest repeats per side for an interval.
-pub const MIN_REPEATS: usize = 2;
+/// The one-sided level of the drift rule (a drift beyond the tolerance); its error rate over
+/// the life of a flat history is measured by the calibration suite (docs/tuning.md).
+pub const DRIFT_ALPHA: f64 = 0.01;
 
-/// The variance components of a metric's log values over a suite's history.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct RunVariance {
-    /// σ² between runs (of a run's true mean), on the log scale; 0 when the run means vary no
-    /// more than their repeats explain.
-    pub between: f64,
-    /// σ² within a run (between repeats), pooled over the runs that had two or more.
-    pub within: f64,
-    /// Runs used.
-    pub runs: usize,
-    pub df_between: f64,
-    pub df_within: f64,
-    /// The mean square between runs, MSB = n₀σ²_between + σ²_within in expectation.
-    pub msb: f64,
-    /// The effective repeats per run (n₀ of an unbalanced one-way layout).
-    pub n0: f64,
-}
-
-/// Estimates the variance between runs from a history: each element is one run's values (its
-/// repeats). Runs without values are skipped; None with fewer than three runs (two run means
-/// give one degree of freedom: too little to learn a variance from).
-pub fn run_variance(runs: &[Vec<f64>]) -> Option<RunVariance> {
-    let groups: Vec<Vec<f64>> = runs
-        .iter()
-        .filter_map(|r| logs(r))
-        .filter(|r| !r.is_empty())
-        .collect();
-    let k = groups.len();
-    if k < 3 {
-        return None;
-    }
-    let n_total: usize = groups.iter().map(Vec::len).sum();
-    let grand = groups.iter().flatten().sum::<f64>() / n_total as f64;
-    let mut ssb = 0.0;
-    let mut ssw = 0.0;
-    for g in &groups {
-        let (m, v) = mean_var(g);
-        ssb += g.len() as f64 * (m - grand).powi(2);
-        ssw += v * (g.len() - 1) as f64;
-    }
-    let df_b = (k - 1) as f64;
-    let df_w = (n_total - k) as f64;
-    let msb = ssb / df_b;
-    if df_w < 1.0 {
-        // One value per run: the spread of run values is all there is; count it as between.
-        return Some(RunVariance {
-            between: msb,
-            within: 0.0,
-            runs: k,
-            df_between: df_b,
-            df_within: 0.0,
-            msb,
-            n0: 1.0,
-        });
-    }
-    let msw = ssw / df_w;
-    // n₀: the effective repeats per run of an unbalanced one-way layout.
-    let sum_sq: f64 = groups.iter().map(|g| (g.len() * g.len()) as f64).sum();
-    let n0 = (n_total as f64 - sum_sq / n_total as f64) / df_b;
-    Some(RunVariance {
-        between: ((msb - msw) / n0).max(0.0),
-        within: msw,
-        runs: k,
-        df_between: df_b,
-        df_within: df_w,
-        msb,
-        n0,
-    })
-}
+/// Stored runs with a value needed before a check can regress (two run means give the first
+/// degree of freedom of the run-to-run variance).
+pub const MIN_HISTORY_RUNS: usize = 2;
 
 /// Which way is worse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -100,136 +42,215 @@ pub enum Direction {
     LowerIsBetter,
 }
 
-/// The change of the current run against the baseline run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub enum Change {
-    /// A side has fewer than [`MIN_REPEATS`] values: the point change only.
-    NoSpread {
-        relative: f64,
-    },
-    Measured(Interval),
-}
-
-impl Change {
-    /// The relative change of the geometric means (current / baseline − 1).
-    pub fn relative(&self) -> f64 {
-        match self {
-            Change::NoSpread { relative } => *relative,
-            Change::Measured(i) => i.relative,
-        }
-    }
-}
-
-/// A measured change with its interval and one-sided tests.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Interval {
-    /// current / baseline − 1 (geometric means).
-    pub relative: f64,
-    /// The two-sided `confidence` interval of `relative`.
-    pub low: f64,
-    pub high: f64,
-    pub confidence: f64,
-    pub df: f64,
-    /// One-sided p-value of "worse than the baseline" (H0: not worse).
-    pub p_worse: f64,
-    /// One-sided p-value of "no worse than the tolerance" (H0: worse by the tolerance or
-    /// more): small means the pass is sure, not only that no fail was found.
-    pub p_within_tolerance: f64,
-    /// Whether the between-run variance of the history was part of the error.
-    pub between_runs: bool,
-}
-
-/// The log of the relative change at which a metric is `tolerance` worse.
-fn tolerance_log(direction: Direction, tolerance: f64) -> f64 {
+/// The log of the relative change at which a metric is `tolerance` worse (positive).
+pub(crate) fn tolerance_log(direction: Direction, tolerance: f64) -> f64 {
     match direction {
         Direction::HigherIsBetter => -(1.0 - tolerance.min(0.999_999)).ln(),
         Direction::LowerIsBetter => (1.0 + tolerance).ln(),
     }
 }
 
-/// The change of `current` against `baseline` (raw, positive values; one per repeat), with a
-/// t interval at `confidence`. `history` adds the between-run variance. None when a side is
-/// empty or has a value that is not positive.
-pub fn change(
-    baseline: &[f64],
-    current: &[f64],
-    history: Option<&RunVariance>,
-    direction: Direction,
-    tolerance: f64,
-    confidence: f64,
-) -> Option<Change> {
-    let b = Sample::of(baseline)?;
-    let c = Sample::of(current)?;
-    let d = c.mean - b.mean;
-    // With a history of three or more runs the variance is known from it, and one repeat a
-    // side is enough; without one, a side of one repeat measured no spread.
-    if (b.n < MIN_REPEATS || c.n < MIN_REPEATS) && history.is_none() {
-        return Some(Change::NoSpread {
-            relative: d.exp() - 1.0,
-        });
-    }
-    let (se, df, between_runs) = match history {
-        Some(h) => {
-            // Pool the within-run variance of the history with both runs' own repeats.
-            let (ssb, ssc) = (b.var * (b.n - 1) as f64, c.var * (c.n - 1) as f64);
-            let df_w = h.df_within + (b.n - 1 + c.n - 1) as f64;
-            // No run of the history, nor either side, had two repeats: the spread of the run
-            // values (in `between`) is all the variance there is.
-            let within = if df_w > 0.0 {
-                (h.within * h.df_within + ssb + ssc) / df_w
-            } else {
-                0.0
-            };
-            let reps = 1.0 / b.n as f64 + 1.0 / c.n as f64;
-            if h.between > 0.0 && h.df_within > 0.0 {
-                // V = 2σ²_b + σ²_w·reps with σ²_b = (MSB − MSW)/n₀, written as a sum of the
-                // two mean squares so that Satterthwaite sees their own degrees of freedom
-                // (in a balanced history with n₀ = n it is exactly 2·MSB/n₀, df = runs − 1).
-                let a = 2.0 / h.n0;
-                let w = reps - 2.0 / h.n0;
-                let v = (a * h.msb + w * within).max(within * reps);
-                let df = satterthwaite(&[(a * h.msb, h.df_between), (w * within, df_w)]);
-                (v.sqrt(), df, true)
-            } else if h.df_within > 0.0 {
-                // The runs vary no more than their repeats explain.
-                ((within * reps).sqrt(), df_w, true)
-            } else {
-                // One value per stored run: their spread is the run-to-run variance.
-                let v = 2.0 * h.between + within * reps;
-                let df = satterthwaite(&[(2.0 * h.between, h.df_between), (within * reps, df_w)]);
-                (v.sqrt(), df, true)
+/// One check of a suite: a metric at a level of a config.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckInput<'a> {
+    /// The baseline run's values (one per repeat) and the current run's.
+    pub baseline: &'a [f64],
+    pub current: &'a [f64],
+    /// Every stored run's values of this check, the baseline's run among them (the current
+    /// run not: it may be the change).
+    pub history: &'a [Vec<f64>],
+    pub direction: Direction,
+    /// Relative (0.05 = 5% worse allowed).
+    pub tolerance: f64,
+    /// Checks of one group share a variance prior (the suite passes the metric).
+    pub group: u32,
+}
+
+/// What a check's test found.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Tested {
+    /// current / baseline − 1 (geometric means).
+    pub relative: f64,
+    /// The interval of `relative` at `confidence` (see the module docs).
+    pub low: f64,
+    pub high: f64,
+    pub confidence: f64,
+    /// The run-to-run variance used (log scale) and its degrees of freedom.
+    pub var: f64,
+    pub df: f64,
+    /// Stored runs it was learned from, and the prior's d0 when it was moderated.
+    pub runs: usize,
+    pub prior_d0: Option<f64>,
+    /// One-sided p of "worse than the tolerance", and Holm-adjusted over the suite.
+    pub p_beyond: f64,
+    pub p_adjusted: f64,
+    pub regressed: bool,
+}
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Outcome {
+    /// A side has no value, or a value is not positive.
+    NoValue,
+    /// Too little history for a run-to-run variance: `runs` of `needed` stored runs.
+    Forming {
+        relative: f64,
+        runs: usize,
+        needed: usize,
+    },
+    Tested(Tested),
+}
+
+/// The statistic of one check before the suite's correction.
+struct Stat {
+    diff: f64,
+    worse: f64,
+    limit: f64,
+    var: f64,
+    df: f64,
+    runs: usize,
+    prior: Option<Prior>,
+}
+
+fn run_means(history: &[Vec<f64>]) -> Vec<f64> {
+    history
+        .iter()
+        .filter_map(|r| logs(r))
+        .filter(|r| !r.is_empty())
+        .map(|r| mean_var(&r).0)
+        .collect()
+}
+
+/// Judges a suite's checks at `alpha`, with `others` (one-sided p-values of checks tested
+/// elsewhere, e.g. error-rate rises) in the same Holm family; returns the checks' outcomes
+/// and the others' adjusted p-values. `stated` is a prior the suite states for the run-to-run
+/// variance (its `run_spread`): it replaces the fitted one, and a check with fewer than
+/// [`MIN_HISTORY_RUNS`] stored runs is then tested on it alone instead of forming.
+pub fn judge(
+    checks: &[CheckInput<'_>],
+    others: &[f64],
+    stated: Option<Prior>,
+    alpha: f64,
+) -> (Vec<Outcome>, Vec<f64>) {
+    // Each check's points and its run-to-run variance before moderation.
+    // (difference of log means, stored runs' log means, the runs' own variance floor)
+    let raw: Vec<Option<(f64, Vec<f64>, f64)>> = checks
+        .iter()
+        .map(|c| {
+            let (b, cur) = (logs(c.baseline)?, logs(c.current)?);
+            if b.is_empty() || cur.is_empty() {
+                return None;
             }
+            // The two runs' own repeats give a floor for their difference's variance: a run
+            // noisier than the history is not judged by the history's calm.
+            let ((mb, vb), (mc, vc)) = (mean_var(&b), mean_var(&cur));
+            let floor = vb / b.len() as f64 + vc / cur.len() as f64;
+            Some((mc - mb, run_means(c.history), floor))
+        })
+        .collect();
+    let prior_of = |group: u32| {
+        let vars: Vec<(f64, f64)> = checks
+            .iter()
+            .zip(&raw)
+            .filter(|(c, r)| c.group == group && r.as_ref().is_some_and(|r| r.1.len() >= 2))
+            .filter_map(|(_, r)| r.as_ref())
+            .map(|(_, means, _)| (mean_var(means).1, (means.len() - 1) as f64))
+            .collect();
+        fit_prior(&vars)
+    };
+    let stats: Vec<Option<Stat>> = checks
+        .iter()
+        .zip(&raw)
+        .map(|(c, r)| {
+            let (diff, means, floor) = r.as_ref()?;
+            if means.len() < MIN_HISTORY_RUNS && stated.is_none() {
+                return None;
+            }
+            let (_, s2) = mean_var(means);
+            let df = means.len().saturating_sub(1) as f64;
+            let (var, df, prior) = match (stated, prior_of(c.group)) {
+                // The suite's own statement: a plain posterior (its error rate is right when
+                // the stated spread is, conservative when it is larger).
+                (Some(p), _) => {
+                    let post = p.posterior(s2, df);
+                    (post.var, post.df, Some(p))
+                }
+                // The fitted prior, never below the check's own spread (the levels' spreads
+                // may differ more than a few features can show).
+                (None, Some(p)) => {
+                    let post = p.posterior(s2, df);
+                    (post.var.max(s2), post.df, Some(p))
+                }
+                (None, None) => (s2, df, None),
+            };
+            let worse = match c.direction {
+                Direction::HigherIsBetter => -diff,
+                Direction::LowerIsBetter => *diff,
+            };
+            Some(Stat {
+                diff: *diff,
+                worse,
+                limit: tolerance_log(c.direction, c.tolerance),
+                // Var(current − baseline) = 2·σ²_run, never below the runs' own repeats.
+                var: var.max(floor / 2.0),
+                df,
+                runs: means.len(),
+                prior,
+            })
+        })
+        .collect();
+    // Current and baseline are two runs: their difference has twice a run mean's variance.
+    let se = |s: &Stat| (2.0 * s.var).sqrt();
+    let p_of = |s: &Stat| {
+        let excess = s.worse - s.limit;
+        match se(s) {
+            e if e > 0.0 => t_sf(excess / e, s.df),
+            _ => f64::from(u8::from(excess <= 0.0)),
         }
-        None => {
-            let w = welch(&c, &b)?;
-            (w.se, w.df, false)
-        }
     };
-    let worse = match direction {
-        Direction::HigherIsBetter => -d,
-        Direction::LowerIsBetter => d,
-    };
-    let (p_worse, p_within) = if se > 0.0 {
-        let l = tolerance_log(direction, tolerance);
-        (t_sf(worse / se, df), t_cdf((worse - l) / se, df))
-    } else {
-        let l = tolerance_log(direction, tolerance);
-        (
-            if worse > 0.0 { 0.0 } else { 1.0 },
-            if worse < l { 0.0 } else { 1.0 },
-        )
-    };
-    let q = t_quantile(0.5 + confidence / 2.0, df);
-    Some(Change::Measured(Interval {
-        relative: d.exp() - 1.0,
-        low: (d - q * se).exp() - 1.0,
-        high: (d + q * se).exp() - 1.0,
-        confidence,
-        df,
-        p_worse,
-        p_within_tolerance: p_within,
-        between_runs,
-    }))
+    let mut p: Vec<f64> = stats
+        .iter()
+        .map(|s| s.as_ref().map_or(f64::NAN, p_of))
+        .collect();
+    p.extend_from_slice(others);
+    let adj = holm(&p);
+    let m = p.iter().filter(|x| !x.is_nan()).count().max(1);
+    let outcomes = raw
+        .iter()
+        .zip(&stats)
+        .enumerate()
+        .map(|(i, (r, s))| match (r, s) {
+            (None, _) => Outcome::NoValue,
+            (Some((diff, means, _)), None) => Outcome::Forming {
+                relative: diff.exp() - 1.0,
+                runs: means.len(),
+                needed: MIN_HISTORY_RUNS,
+            },
+            (Some(_), Some(s)) => {
+                let local = if adj[i] > 0.0 && p[i] > 0.0 {
+                    alpha * p[i] / adj[i]
+                } else {
+                    alpha / m as f64
+                };
+                let q = t_quantile(1.0 - local, s.df);
+                let e = se(s);
+                Outcome::Tested(Tested {
+                    relative: s.diff.exp() - 1.0,
+                    low: (s.diff - q * e).exp() - 1.0,
+                    high: (s.diff + q * e).exp() - 1.0,
+                    confidence: 1.0 - 2.0 * local,
+                    var: s.var,
+                    df: s.df,
+                    runs: s.runs,
+                    prior_d0: s.prior.map(|p| p.d0),
+                    p_beyond: p[i],
+                    p_adjusted: adj[i],
+                    regressed: adj[i] <= alpha,
+                })
+            }
+        })
+        .collect();
+    (outcomes, adj[checks.len()..].to_vec())
 }
 
 /// A rise of the error rate (failed / (completed + failed)) between two runs.
@@ -239,24 +260,35 @@ pub struct RateRise {
     pub current_rate: f64,
     /// current − baseline (absolute, 0.02 = two points).
     pub rise: f64,
-    /// One-sided p-value of "the current rate is higher" (two-proportion z-test, pooled).
+    /// One-sided p-value of "the rise exceeds the tolerance" (z-test on the counts).
     pub p: f64,
 }
 
-/// The error-rate rise from `(failed, total)` counts; None when a side made no requests.
-pub fn error_rate_rise(baseline: (u64, u64), current: (u64, u64)) -> Option<RateRise> {
+/// The error-rate rise from `(failed, total)` counts, tested against an absolute `tolerance`
+/// (0.01 = one point); None when a side made no requests.
+pub fn error_rate_rise(
+    baseline: (u64, u64),
+    current: (u64, u64),
+    tolerance: f64,
+) -> Option<RateRise> {
     let (bf, bt) = baseline;
     let (cf, ct) = current;
     if bt == 0 || ct == 0 {
         return None;
     }
     let (pb, pc) = (bf as f64 / bt as f64, cf as f64 / ct as f64);
-    let pooled = (bf + cf) as f64 / (bt + ct) as f64;
-    let se = (pooled * (1.0 - pooled) * (1.0 / bt as f64 + 1.0 / ct as f64)).sqrt();
-    let p = if se > 0.0 {
-        1.0 - normal_cdf((pc - pb) / se)
+    let excess = pc - pb - tolerance;
+    // At a tolerance of 0 the pooled rate is the null's; beyond it each side's own.
+    let se = if tolerance == 0.0 {
+        let pooled = (bf + cf) as f64 / (bt + ct) as f64;
+        (pooled * (1.0 - pooled) * (1.0 / bt as f64 + 1.0 / ct as f64)).sqrt()
     } else {
-        1.0
+        (pb * (1.0 - pb) / bt as f64 + pc * (1.0 - pc) / ct as f64).sqrt()
+    };
+    let p = if se > 0.0 {
+        1.0 - normal_cdf(excess / se)
+    } else {
+        f64::from(u8::from(excess <= 0.0))
     };
     Some(RateRise {
         baseline_rate: pb,
@@ -270,97 +302,74 @@ pub fn error_rate_rise(baseline: (u64, u64), current: (u64, u64)) -> Option<Rate
 mod tests {
     use super::*;
 
+    fn check<'a>(base: &'a [f64], cur: &'a [f64], history: &'a [Vec<f64>]) -> CheckInput<'a> {
+        CheckInput {
+            baseline: base,
+            current: cur,
+            history,
+            direction: Direction::HigherIsBetter,
+            tolerance: 0.05,
+            group: 0,
+        }
+    }
+
     #[test]
-    fn a_clear_slowdown_has_an_interval_below_zero() {
-        let base = [100.0, 101.0, 99.0, 100.5, 99.5];
-        let cur = [90.0, 91.0, 89.5, 90.5, 90.2];
-        let Some(Change::Measured(i)) =
-            change(&base, &cur, None, Direction::HigherIsBetter, 0.05, 0.95)
-        else {
-            panic!("measured")
-        };
-        assert!((i.relative + 0.096).abs() < 0.01, "{i:?}");
+    fn a_young_suite_says_its_baseline_is_forming() {
+        let base = [100.0, 101.0];
+        let history = vec![base.to_vec()];
+        let (o, _) = judge(&[check(&base, &[80.0, 81.0], &history)], &[], None, 0.05);
         assert!(
-            i.high < 0.0 && i.low < i.relative && i.relative < i.high,
-            "{i:?}"
+            matches!(o[0], Outcome::Forming { runs: 1, needed: 2, relative } if relative < -0.19),
+            "{o:?}"
         );
-        assert!(i.p_worse < 1e-4 && !i.between_runs);
-        // 9.6% worse is not within a 5% tolerance.
-        assert!(i.p_within_tolerance > 0.5);
+        let (o, _) = judge(&[check(&[], &[80.0], &history)], &[], None, 0.05);
+        assert_eq!(o[0], Outcome::NoValue);
     }
 
     #[test]
-    fn noise_alone_has_an_interval_around_zero_and_a_sure_pass() {
-        let base = [100.0, 103.0, 97.0, 101.0, 99.0];
-        let cur = [102.0, 98.0, 100.0, 97.5, 101.5];
-        let Some(Change::Measured(i)) =
-            change(&base, &cur, None, Direction::HigherIsBetter, 0.05, 0.95)
-        else {
-            panic!("measured")
-        };
-        assert!(i.low < 0.0 && i.high > 0.0, "{i:?}");
-        assert!(i.p_worse > 0.3 && i.p_within_tolerance < 0.01, "{i:?}");
-    }
-
-    #[test]
-    fn one_repeat_is_a_point_not_an_interval() {
-        let c = change(
-            &[100.0],
-            &[90.0, 91.0],
-            None,
-            Direction::HigherIsBetter,
-            0.05,
-            0.95,
-        );
-        assert!(
-            matches!(c, Some(Change::NoSpread { relative }) if (relative + 0.095).abs() < 0.01)
-        );
-        assert!(change(&[], &[1.0], None, Direction::HigherIsBetter, 0.05, 0.95).is_none());
-    }
-
-    #[test]
-    fn lower_is_better_reads_a_rise_as_worse() {
-        let base = [10.0, 10.1, 9.9];
-        let cur = [12.0, 12.1, 11.9];
-        let Some(Change::Measured(i)) =
-            change(&base, &cur, None, Direction::LowerIsBetter, 0.05, 0.95)
-        else {
-            panic!("measured")
-        };
-        assert!(i.p_worse < 0.001 && i.relative > 0.19, "{i:?}");
-    }
-
-    #[test]
-    fn between_run_variance_is_separated_from_the_repeats() {
-        // Run means 0.9, 1.0, 1.1, 1.0 (x 100) with tight repeats: most variance is between.
-        let runs: Vec<Vec<f64>> = [90.0, 100.0, 110.0, 100.0]
+    fn the_tolerance_is_tested_and_the_interval_agrees() {
+        // Runs at 100 ± 1%: a 20% drop is beyond a 5% tolerance; a 3% drop is not shown to be.
+        let history: Vec<Vec<f64>> = [100.0, 101.0, 99.0, 100.5, 99.5]
             .iter()
-            .map(|m| vec![m * 0.999, *m, m * 1.001])
+            .map(|m| vec![*m])
             .collect();
-        let v = run_variance(&runs).unwrap();
-        assert!(v.between > 50.0 * v.within, "{v:?}");
-        assert_eq!((v.runs, v.df_between, v.df_within), (4, 3.0, 8.0));
-        // A 5% drop is inside that between-run noise once the history is used.
-        let base = [100.0, 100.1, 99.9];
-        let cur = [95.0, 95.1, 94.9];
-        let alone = change(&base, &cur, None, Direction::HigherIsBetter, 0.0, 0.95).unwrap();
-        let with = change(&base, &cur, Some(&v), Direction::HigherIsBetter, 0.0, 0.95).unwrap();
-        let (Change::Measured(a), Change::Measured(w)) = (alone, with) else {
-            panic!("measured")
+        let base = [99.5];
+        let (o, _) = judge(&[check(&base, &[80.0], &history)], &[], None, 0.05);
+        let Outcome::Tested(t) = o[0] else {
+            panic!("{o:?}")
         };
-        assert!(a.p_worse < 1e-4 && w.p_worse > 0.1, "{a:?} {w:?}");
-        assert!(w.between_runs && w.high - w.low > 5.0 * (a.high - a.low));
-        assert!(run_variance(&runs[..2]).is_none());
+        assert!(t.regressed && t.high < -0.05 && t.runs == 5, "{t:?}");
+        let (o, _) = judge(&[check(&base, &[96.5], &history)], &[], None, 0.05);
+        let Outcome::Tested(t) = o[0] else {
+            panic!("{o:?}")
+        };
+        assert!(!t.regressed && t.high >= -0.05, "{t:?}");
+        // Lower is better: a rise is worse.
+        let lat: Vec<Vec<f64>> = [10.0, 10.1, 9.9].iter().map(|m| vec![*m]).collect();
+        let c = CheckInput {
+            direction: Direction::LowerIsBetter,
+            ..check(&[10.0], &[13.0], &lat)
+        };
+        let (o, _) = judge(&[c], &[], None, 0.05);
+        assert!(matches!(o[0], Outcome::Tested(t) if t.regressed), "{o:?}");
     }
 
     #[test]
-    fn error_rate_rise_is_tested_on_counts() {
-        let r = error_rate_rise((2, 1000), (40, 1000)).unwrap();
+    fn other_tests_share_the_holm_family() {
+        let history: Vec<Vec<f64>> = [100.0, 101.0, 99.0].iter().map(|m| vec![*m]).collect();
+        let (_, others) = judge(&[check(&[100.0], &[100.0], &history)], &[0.03], None, 0.05);
+        assert!((others[0] - 0.06).abs() < 1e-12, "{others:?}");
+    }
+
+    #[test]
+    fn error_rate_rise_is_tested_against_its_tolerance() {
+        let r = error_rate_rise((2, 1000), (40, 1000), 0.0).unwrap();
         assert!((r.rise - 0.038).abs() < 1e-12 && r.p < 1e-6, "{r:?}");
-        let same = error_rate_rise((5, 1000), (6, 1000)).unwrap();
+        let within = error_rate_rise((2, 1000), (40, 1000), 0.05).unwrap();
+        assert!(within.p > 0.9, "{within:?}");
+        let same = error_rate_rise((5, 1000), (6, 1000), 0.0).unwrap();
         assert!(same.p > 0.3, "{same:?}");
-        let none = error_rate_rise((0, 100), (0, 100)).unwrap();
-        assert_eq!(none.p, 1.0);
-        assert!(error_rate_rise((0, 0), (1, 10)).is_none());
+        assert_eq!(error_rate_rise((0, 100), (0, 100), 0.0).unwrap().p, 1.0);
+        assert!(error_rate_rise((0, 0), (1, 10), 0.0).is_none());
     }
 }

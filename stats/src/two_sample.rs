@@ -1,5 +1,6 @@
 //! Two configs at one load level: Welch's t-test on log values, the effect as a ratio of
-//! geometric means with its confidence interval, and the minimum detectable effect.
+//! geometric means with its confidence interval. Used where samples are not paired: the
+//! tuning search's confirmation round and the change-point segments.
 //!
 //! Welch's test does not assume equal variances (two engine configs rarely have the same
 //! noise); its degrees of freedom come from the Welch–Satterthwaite equation. On log values a
@@ -146,34 +147,6 @@ pub fn effect(a: &Sample, b: &Sample, alpha: f64) -> Option<Effect> {
     })
 }
 
-/// The smallest relative change a two-sided Welch test at `alpha` detects with probability
-/// `power`, with `n_a` and `n_b` repeats whose log values have standard deviation `sd`
-/// (about the relative run-to-run spread). The usual approximation
-/// δ = (t₁₋α/₂ + t_power) · sd · √(1/n_a + 1/n_b) with df = n_a + n_b − 2; None when a side has
-/// fewer than two repeats (nothing can be detected without a measured spread).
-pub fn min_detectable_effect(
-    n_a: usize,
-    n_b: usize,
-    sd: f64,
-    alpha: f64,
-    power: f64,
-) -> Option<f64> {
-    if n_a < 2 || n_b < 2 || sd.is_nan() || sd < 0.0 {
-        return None;
-    }
-    let df = (n_a + n_b - 2) as f64;
-    let k = t_quantile(1.0 - alpha / 2.0, df) + t_quantile(power, df);
-    let delta = k * sd * (1.0 / n_a as f64 + 1.0 / n_b as f64).sqrt();
-    Some(delta.exp() - 1.0)
-}
-
-/// The pooled standard deviation of two samples' logs (for the MDE).
-pub fn pooled_sd(a: &Sample, b: &Sample) -> Option<f64> {
-    let df = (a.n + b.n).checked_sub(2).filter(|d| *d > 0)?;
-    let ss = a.var * (a.n.saturating_sub(1)) as f64 + b.var * (b.n.saturating_sub(1)) as f64;
-    Some((ss / df as f64).sqrt())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,17 +195,6 @@ mod tests {
         let b = Sample::of(&[100.0, 101.0]).unwrap();
         assert!(welch(&a, &b).is_none());
         assert!(effect(&a, &b, 0.05).is_none());
-        assert!(min_detectable_effect(1, 3, 0.05, 0.05, 0.8).is_none());
         assert!(Sample::of(&[1.0, 0.0]).is_none());
-    }
-
-    #[test]
-    fn mde_shrinks_with_repeats_and_grows_with_spread() {
-        let m3 = min_detectable_effect(3, 3, 0.05, 0.05, 0.8).unwrap();
-        let m5 = min_detectable_effect(5, 5, 0.05, 0.05, 0.8).unwrap();
-        let m3_noisy = min_detectable_effect(3, 3, 0.10, 0.05, 0.8).unwrap();
-        assert!(m5 < m3 && m3 < m3_noisy);
-        // n = 3 per side, df 4: (2.776 + 0.941) * 0.05 * sqrt(2/3) = 0.1518 on the log scale.
-        assert!((m3 - (0.151_8_f64.exp() - 1.0)).abs() < 2e-3, "{m3}");
     }
 }

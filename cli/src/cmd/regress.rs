@@ -225,11 +225,15 @@ fn outcome_json(o: &regress::SuiteOutcome, tag: &str) -> serde_json::Value {
                 "tolerance": v.tolerance,
                 "baseline": v.baseline,
                 "current": v.current,
-                "change": v.change.map(|c| serde_json::json!({
-                    "relative": c.relative, "low": c.low, "high": c.high
+                "change": v.test.map(|c| serde_json::json!({
+                    "relative": c.relative, "low": c.low, "high": c.high,
+                    "confidence": c.confidence, "df": c.df, "runs": c.runs,
+                    "p_beyond_tolerance": c.p_beyond, "p_adjusted": c.p_adjusted,
                 })),
+                "relative": v.relative,
                 "status": match v.status {
                     Status::Pass => "pass",
+                    Status::Forming => "forming",
                     Status::Regressed => "regressed",
                     Status::NoBaseline => "no_baseline",
                 },

@@ -150,6 +150,10 @@ pub fn compare_json(c: &CompareResponse) -> Value {
             "p_adjusted": g.tested.then_some(g.p_adjusted),
             "effect_pct": g.tested.then_some(g.effect_pct),
             "effect_ci_pct": g.tested.then_some([g.effect_low_pct, g.effect_high_pct]),
+            "effect_ci_confidence": g.tested.then_some(g.interval_confidence),
+            "test": g.tested.then_some(&g.test),
+            "df": g.tested.then_some(g.df),
+            "moderated": g.tested.then_some(g.moderated),
             "mde_pct": g.mde_pct,
             "verdict": g.verdict,
             "configs": g.configs.iter().map(|s| json!({
@@ -168,7 +172,7 @@ pub fn compare_json(c: &CompareResponse) -> Value {
                 "excluded_reason": (!s.excluded_reason.is_empty()).then_some(&s.excluded_reason),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
-        "alpha": c.alpha, "tests": c.tests,
+        "alpha": c.alpha, "tests": c.tests, "notes": c.notes,
         "crossovers": c.crossovers.iter().map(|x| json!({
             "workload": x.workload, "from_level": x.from_level, "to_level": x.to_level,
             "from_winner": x.from_winner, "to_winner": x.to_winner,

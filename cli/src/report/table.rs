@@ -33,13 +33,18 @@ pub fn render_compare(compare: &CompareResponse) -> String {
         out.push_str(&workload_table(&groups).to_string());
         out.push('\n');
         out.push_str(&format!(
-            "Tests: Welch's t on log output tok/s, two-sided, alpha {}, Holm over {} tested \
-             level(s); effect [{:.0}% interval]:\n",
-            compare.alpha,
-            compare.tests,
-            (1.0 - compare.alpha) * 100.0
+            "Tests on log output tok/s (geometric means), two-sided, alpha {}, Holm over {} \
+             tested level(s); each effect's interval is at the level Holm tested it at, so it \
+             excludes 0 exactly when the level is significant:\n",
+            compare.alpha, compare.tests,
         ));
         tests_lines(&mut out, &groups);
+    }
+    if !compare.notes.is_empty() {
+        out.push_str("\nNotes on the design:\n");
+        for n in &compare.notes {
+            out.push_str(&format!("  {n}\n"));
+        }
     }
     if !compare.crossovers.is_empty() {
         out.push_str("\nCrossovers (the significant winner changes with load):\n");
@@ -193,7 +198,7 @@ pub(crate) fn winner_note(g: &CompareGroup) -> String {
         format!("not significant (p {})", fmt_p(g.p_adjusted))
     };
     format!(
-        "winner +{:.1}% vs {}, {sig}",
+        "winner {:+.1}% vs {}, {sig}",
         g.margin_pct, g.runner_up_config
     )
 }
@@ -207,7 +212,8 @@ pub(crate) fn fmt_p(p: f64) -> String {
     }
 }
 
-/// One line per level: the effect with its interval and the minimum detectable effect.
+/// One line per level: the effect with the interval the test implies, the test and its
+/// degrees of freedom, and the detectable effect.
 fn tests_lines(out: &mut String, groups: &[&CompareGroup]) {
     for g in groups {
         if g.tested {
@@ -216,15 +222,20 @@ fn tests_lines(out: &mut String, groups: &[&CompareGroup]) {
                 .map(|m| format!("; detectable: {m:.1}%"))
                 .unwrap_or_default();
             out.push_str(&format!(
-                "  {:<10} {} vs {}: {:+.1}% [{:+.1}% .. {:+.1}%], p {} (Holm {}){mde}\n",
+                "  {:<10} {} vs {}: {:+.1}% [{:+.1}% .. {:+.1}%] at {:.2}%, p {} (Holm {}), \
+                 {}{} ({:.1} df){mde}\n",
                 g.level_label,
                 g.winner_config,
                 g.runner_up_config,
                 g.effect_pct,
                 g.effect_low_pct,
                 g.effect_high_pct,
+                g.interval_confidence * 100.0,
                 fmt_p(g.p_value),
                 fmt_p(g.p_adjusted),
+                g.test,
+                if g.moderated { ", moderated" } else { "" },
+                g.df,
             ));
         } else if !g.verdict.is_empty() {
             out.push_str(&format!("  {:<10} {}\n", g.level_label, g.verdict));

@@ -1,10 +1,11 @@
-//! The trend of each check over the suite's stored history: the variance between runs (which
-//! the repeats of one job cannot show) and the change points of the per-run means (E-divisive
-//! means with a t-test, `fleetbench_stats::changepoint`), mapped back to the runs they start at.
+//! The trend of each check over the suite's stored history: the runs' values (whose spread
+//! run to run the repeats of one job cannot show) and the change points of the per-run means
+//! (E-divisive means with a t-test, `fleetbench_stats::changepoint`), mapped back to the runs
+//! they start at.
 
 use fleetbench_proto::agentpb::LevelResult;
 use fleetbench_stats::changepoint::{self, Drift, Options};
-use fleetbench_stats::regress::{Direction as StatsDirection, RunVariance, run_variance};
+use fleetbench_stats::regress::Direction as StatsDirection;
 
 use super::history::PastRun;
 use crate::spec::suite::Direction;
@@ -28,7 +29,9 @@ pub struct TrendPoint {
 pub struct Trend {
     /// Runs with a value for the check (the current run not included).
     pub runs: usize,
-    pub variance: Option<RunVariance>,
+    /// Each of those runs' values (one per repeat), oldest first: the run-to-run variance of
+    /// the check is learned from them.
+    pub history: Vec<Vec<f64>>,
     pub change_points: Vec<TrendPoint>,
     /// Successive worsening change points ending in the latest segment.
     pub drift: Option<Drift>,
@@ -49,6 +52,7 @@ pub(crate) fn trend(
     values: impl Fn(&[LevelResult]) -> Vec<f64>,
     current: &[f64],
     direction: Direction,
+    tolerance: f64,
 ) -> Trend {
     let runs: Vec<(&PastRun, Vec<f64>)> = past
         .iter()
@@ -62,10 +66,9 @@ pub(crate) fn trend(
         series.push(mean(current));
     }
     let cps = changepoint::change_points(&series, &Options::default());
-    let drift = changepoint::drift(&series, &cps, stats_direction(direction));
+    let drift = changepoint::drift(&series, &cps, stats_direction(direction), tolerance);
     Trend {
         runs: per_run.len(),
-        variance: run_variance(&per_run),
         change_points: cps
             .iter()
             .map(|c| {
@@ -80,6 +83,7 @@ pub(crate) fn trend(
             })
             .collect(),
         drift,
+        history: per_run,
     }
 }
 

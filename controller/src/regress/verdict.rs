@@ -1,21 +1,23 @@
 //! Verdicts: a suite run's results against its baseline's, per config, workload, level and
 //! metric, using every repeat on both sides and the suite's stored history.
 //!
-//! A check regresses when its change is worse than the tolerance AND the one-sided test of
-//! "worse" holds at alpha = 1 − confidence after Holm's correction over the suite's tested
-//! checks (`fleetbench_stats::decide::regressions`). The test is Welch's t on log values, or,
-//! with three or more stored runs, a t-test whose error includes the variance between runs
-//! learned from the history (`fleetbench_stats::regress`). Under the `last-passing` baseline a
-//! drift also fails: successive worsening change points in the history that add up to more
-//! than the tolerance, which a baseline that follows every passing run cannot see.
+//! A check regresses when the one-sided test of "worse than the tolerance" rejects at
+//! alpha = 1 − confidence after Holm's correction over the suite's tested checks
+//! (`fleetbench_stats::regress::judge`). Its error is the run-to-run variance learned from the
+//! suite's stored runs (moderated over the suite's checks of the same metric), or the
+//! suite's stated `run_spread` until the history has it; with neither, the check says
+//! "baseline forming" and passes. Error rates are tested on request counts. Under the
+//! `last-passing` baseline a drift also fails: successive worsening change points in the
+//! history whose sum is beyond the tolerance at p < `DRIFT_ALPHA`, which a baseline that
+//! follows every passing run cannot see.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use fleetbench_proto::agentpb::{LevelOutcome, LevelResult};
 use fleetbench_proto::controllerpb::StoredLevel;
-use fleetbench_stats::decide::{Check, regressions};
-use fleetbench_stats::regress::{Change, Interval, change, error_rate_rise};
+use fleetbench_stats::moderated::Prior;
+use fleetbench_stats::regress::{CheckInput, DRIFT_ALPHA, Outcome, Tested, error_rate_rise, judge};
 
 use super::history::PastRun;
 use super::trend::{Trend, stats_direction, trend};
@@ -26,8 +28,10 @@ use crate::spec::suite::{Baseline, Direction, Metric, MetricGate, SuiteSpec};
 /// What one check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    /// Within the tolerance, or not shown to be worse.
+    /// Within the tolerance, or not shown to be worse than it.
     Pass,
+    /// Too few stored runs to know how much runs differ with no change: passes, and says so.
+    Forming,
     /// Worse than the tolerance and shown worse by the test (or crashed / no result where the
     /// baseline had one, or a drift over the history beyond the tolerance).
     Regressed,
@@ -47,13 +51,14 @@ pub struct Verdict {
     /// One value per repeat that produced one.
     pub baseline: Vec<f64>,
     pub current: Vec<f64>,
-    /// The measured change with its interval (None: not measured, e.g. one repeat).
-    pub change: Option<Interval>,
+    /// The test of the change against the tolerance, with its interval (None: not tested).
+    pub test: Option<Tested>,
     /// The point change: relative (current / baseline − 1), or for `error_rate` the rise in
     /// absolute terms.
     pub relative: Option<f64>,
-    /// The one-sided "worse" p-value, and Holm-adjusted over the suite (None: not tested).
-    pub p_worse: Option<f64>,
+    /// The one-sided p-value of "worse than the tolerance", and Holm-adjusted over the suite
+    /// (None: not tested).
+    pub p_beyond: Option<f64>,
     pub p_adjusted: Option<f64>,
     /// The check's history: between-run variance, change points, drift.
     pub trend: Trend,
@@ -111,8 +116,18 @@ pub fn verdicts(suite: &SuiteSpec, baseline: Option<&Grouped>, current: &Grouped
     verdicts_with_history(suite, baseline, current, &[])
 }
 
+/// How a verdict is decided before the suite's correction.
+enum Pending {
+    /// Decided without a test (no baseline value, a crash, no result).
+    Done,
+    /// A throughput or latency check for `judge`.
+    Measured(usize),
+    /// An error-rate check with its one-sided p against the tolerance.
+    Rate(f64),
+}
+
 /// Compares a run with its baseline, with the suite's stored runs (oldest first) for the
-/// between-run variance and the change points.
+/// run-to-run variance and the change points.
 pub fn verdicts_with_history(
     suite: &SuiteSpec,
     baseline: Option<&Grouped>,
@@ -121,8 +136,8 @@ pub fn verdicts_with_history(
 ) -> Vec<Verdict> {
     let alpha = 1.0 - suite.confidence;
     let mut out = Vec::new();
-    // Per verdict: the check for the Holm family (None: decided without a test).
-    let mut family: Vec<Option<Check>> = Vec::new();
+    let mut pending = Vec::new();
+    let mut measured: Vec<usize> = Vec::new();
     for (key, runs) in current {
         let (config, workload, level) = key;
         let base_runs = baseline.and_then(|b| b.get(key));
@@ -140,59 +155,93 @@ pub fn verdicts_with_history(
                 tolerance: gate.tolerance,
                 baseline: base.clone(),
                 current: cur.clone(),
-                change: None,
+                test: None,
                 relative: None,
-                p_worse: None,
+                p_beyond: None,
                 p_adjusted: None,
-                trend: trend(past, key, |rs| values(gate, rs), &cur, gate.direction),
+                trend: trend(
+                    past,
+                    key,
+                    |rs| values(gate, rs),
+                    &cur,
+                    gate.direction,
+                    gate.tolerance,
+                ),
                 status: Status::Pass,
                 detail: String::new(),
             };
-            let mut check = None;
-            if base.is_empty() {
+            let p = if base.is_empty() {
                 v.status = Status::NoBaseline;
                 v.detail = "no baseline value".into();
+                Pending::Done
             } else if cur_crashes > base_crashes {
                 v.status = Status::Regressed;
                 v.detail = format!(
                     "crashed in {cur_crashes} of {} repeats (baseline: {base_crashes})",
                     runs.len()
                 );
+                Pending::Done
             } else if cur.is_empty() {
                 v.status = Status::Regressed;
                 v.detail = "no result where the baseline had one".into();
+                Pending::Done
             } else if gate.metric == Metric::ErrorRate {
-                check = error_rate_check(&mut v, gate, base_runs.map_or(&[][..], |b| b), runs);
+                error_rate_check(&mut v, base_runs.map_or(&[][..], |b| b), runs)
             } else {
-                check = measured_check(&mut v, gate, suite.confidence);
-            }
-            family.push(check);
+                measured.push(out.len());
+                Pending::Measured(measured.len() - 1)
+            };
+            pending.push(p);
             out.push(v);
         }
     }
-    // Holm over the tested checks; a check decided without a test keeps its status.
-    let tested: Vec<usize> = (0..family.len()).filter(|&i| family[i].is_some()).collect();
-    let checks: Vec<Check> = tested.iter().filter_map(|&i| family[i]).collect();
-    for (&i, (regressed, adj)) in tested.iter().zip(regressions(&checks, alpha)) {
-        let v = &mut out[i];
-        v.p_adjusted = Some(adj);
-        let beyond = checks_beyond(&family[i]);
-        v.detail = if regressed {
-            v.status = Status::Regressed;
-            format!(
-                "{}: worse than the {} tolerance (Holm p {:.2e})",
-                v.detail,
-                tolerance_words(v),
-                adj
-            )
-        } else if beyond {
-            format!(
-                "{}: worse than the tolerance but not shown (Holm p {adj:.3})",
-                v.detail
-            )
-        } else {
-            format!("{}: within the {} tolerance", v.detail, tolerance_words(v))
-        };
+    let inputs: Vec<CheckInput<'_>> = measured
+        .iter()
+        .map(|&i| {
+            let v = &out[i];
+            CheckInput {
+                baseline: &v.baseline,
+                current: &v.current,
+                history: &v.trend.history,
+                direction: stats_direction(v.direction),
+                tolerance: v.tolerance,
+                group: v.metric as u32,
+            }
+        })
+        .collect();
+    let rates: Vec<f64> = pending
+        .iter()
+        .filter_map(|p| match p {
+            Pending::Rate(p) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    let stated = suite.run_spread.map(stated_prior);
+    let (outcomes, rate_adj) = judge(&inputs, &rates, stated, alpha);
+    let mut rate_adj = rate_adj.into_iter();
+    for (v, p) in out.iter_mut().zip(&pending) {
+        match p {
+            Pending::Done => {}
+            Pending::Measured(k) => measured_verdict(v, outcomes[*k]),
+            Pending::Rate(_) => {
+                let adj = rate_adj.next().unwrap_or(f64::NAN);
+                v.p_adjusted = Some(adj);
+                if adj <= alpha {
+                    v.status = Status::Regressed;
+                    v.detail = format!(
+                        "{}: beyond the {} tolerance (Holm p {adj:.2e})",
+                        v.detail,
+                        tolerance_words(v)
+                    );
+                } else {
+                    v.detail = format!(
+                        "{}: not shown beyond the {} tolerance (Holm p {adj:.3})",
+                        v.detail,
+                        tolerance_words(v)
+                    );
+                }
+            }
+        }
     }
     if suite.baseline == Baseline::LastPassing {
         for v in &mut out {
@@ -202,8 +251,18 @@ pub fn verdicts_with_history(
     out
 }
 
-fn checks_beyond(c: &Option<Check>) -> bool {
-    c.is_some_and(|c| c.beyond_tolerance)
+/// Degrees of freedom a suite's stated `run_spread` counts for: as much as four stored runs.
+pub const RUN_SPREAD_DF: f64 = 4.0;
+
+/// The prior a suite's `run_spread` states: a run mean varies by that much (relative) run to
+/// run, as if learned from [`RUN_SPREAD_DF`] degrees of freedom.
+fn stated_prior(spread: f64) -> Prior {
+    Prior {
+        d0: RUN_SPREAD_DF,
+        s0_sq: (1.0 + spread).ln().powi(2),
+        features: 0,
+        df_pooled: f64::INFINITY,
+    }
 }
 
 fn tolerance_words(v: &Verdict) -> String {
@@ -214,109 +273,98 @@ fn tolerance_words(v: &Verdict) -> String {
     }
 }
 
-/// A throughput or latency check: the t interval (with the history's between-run variance
-/// when it has three or more runs) and the one-sided test.
-fn measured_check(v: &mut Verdict, gate: &MetricGate, confidence: f64) -> Option<Check> {
-    let variance = v.trend.variance;
-    let dir = stats_direction(gate.direction);
-    let Some(c) = change(
-        &v.baseline,
-        &v.current,
-        variance.as_ref(),
-        dir,
-        gate.tolerance,
-        confidence,
-    ) else {
-        v.status = Status::NoBaseline;
-        v.detail = "a value is 0 or negative: no relative change".into();
-        return None;
-    };
+/// A throughput or latency verdict from its test.
+fn measured_verdict(v: &mut Verdict, outcome: Outcome) {
     let pct = |x: f64| format!("{:+.1}%", x * 100.0);
-    match c {
-        Change::NoSpread { relative } => {
+    match outcome {
+        Outcome::NoValue => {
+            v.status = Status::NoBaseline;
+            v.detail = "a value is 0 or negative: no relative change".into();
+        }
+        Outcome::Forming {
+            relative,
+            runs,
+            needed,
+        } => {
             v.relative = Some(relative);
+            v.status = Status::Forming;
             v.detail = format!(
-                "{}: no spread measured (one repeat, and fewer than 3 stored runs): untested",
+                "{}: baseline forming ({runs} of {needed} stored runs: how much runs differ \
+                 with no change is not known yet), untested",
                 pct(relative)
             );
-            None
         }
-        Change::Measured(i) => {
-            v.relative = Some(i.relative);
-            v.change = Some(i);
-            v.p_worse = Some(i.p_worse);
-            let source = if i.between_runs {
-                format!(
-                    "with the between-run variance of {} stored runs",
-                    v.trend.runs
-                )
-            } else {
-                "from the repeats only".to_string()
+        Outcome::Tested(t) => {
+            v.relative = Some(t.relative);
+            v.test = Some(t);
+            v.p_beyond = Some(t.p_beyond);
+            v.p_adjusted = Some(t.p_adjusted);
+            let source = match (t.runs, t.prior_d0) {
+                (r, Some(d0)) if r < 2 => format!("the suite's stated run_spread ({d0:.0} df)"),
+                (r, Some(_)) => format!("the spread of {r} stored runs, moderated over the suite"),
+                (r, None) => format!("the spread of {r} stored runs"),
             };
-            v.detail = format!(
-                "{} [{} .. {}] at {:.0}% ({source}), p(worse) {:.2e}",
-                pct(i.relative),
-                pct(i.low),
-                pct(i.high),
-                i.confidence * 100.0,
-                i.p_worse
+            let words = tolerance_words(v);
+            let head = format!(
+                "{} [{} .. {}] at {:.2}% (Holm's level; run-to-run error from {source}, {:.1} df)",
+                pct(t.relative),
+                pct(t.low),
+                pct(t.high),
+                t.confidence * 100.0,
+                t.df
             );
-            let beyond = match gate.direction {
-                Direction::HigherIsBetter => i.relative < -gate.tolerance,
-                Direction::LowerIsBetter => i.relative > gate.tolerance,
-            };
-            Some(Check {
-                beyond_tolerance: beyond,
-                p_worse: i.p_worse,
-            })
+            if t.regressed {
+                v.status = Status::Regressed;
+                v.detail = format!(
+                    "{head}: worse than the {words} tolerance (p {:.2e}, Holm {:.2e})",
+                    t.p_beyond, t.p_adjusted
+                );
+            } else {
+                v.detail = format!(
+                    "{head}: not shown worse than the {words} tolerance (p {:.3}, Holm {:.3})",
+                    t.p_beyond, t.p_adjusted
+                );
+            }
         }
     }
 }
 
-/// The error-rate check: the rise of failed / (completed + failed) against an absolute
-/// tolerance, tested on the request counts (one-sided two-proportion z-test).
-fn error_rate_check(
-    v: &mut Verdict,
-    gate: &MetricGate,
-    base: &[LevelResult],
-    cur: &[LevelResult],
-) -> Option<Check> {
-    let r = error_rate_rise(counts(base), counts(cur))?;
+/// The error-rate check: the rise of failed / (completed + failed), tested against its
+/// absolute tolerance on the request counts (one-sided z-test).
+fn error_rate_check(v: &mut Verdict, base: &[LevelResult], cur: &[LevelResult]) -> Pending {
+    let Some(r) = error_rate_rise(counts(base), counts(cur), v.tolerance) else {
+        v.status = Status::NoBaseline;
+        v.detail = "no requests on a side".into();
+        return Pending::Done;
+    };
     v.relative = Some(r.rise);
-    v.p_worse = Some(r.p);
+    v.p_beyond = Some(r.p);
     v.detail = format!(
-        "error rate {:.2}% -> {:.2}% ({:+.2} points), p(worse) {:.2e}",
+        "error rate {:.2}% -> {:.2}% ({:+.2} points), p(beyond tolerance) {:.2e}",
         r.baseline_rate * 100.0,
         r.current_rate * 100.0,
         r.rise * 100.0,
         r.p
     );
-    Some(Check {
-        beyond_tolerance: r.rise > gate.tolerance,
-        p_worse: r.p,
-    })
+    Pending::Rate(r.p)
 }
 
 /// Under `last-passing`: a drift beyond the tolerance over successive worsening change points
 /// fails the check even when this run is within the tolerance of its (ratcheted) baseline.
 fn drift_check(v: &mut Verdict) {
     let Some(d) = v.trend.drift else { return };
-    if v.status != Status::Pass || v.metric == Metric::ErrorRate {
+    if !matches!(v.status, Status::Pass | Status::Forming) || v.metric == Metric::ErrorRate {
         return;
     }
-    let beyond = match v.direction {
-        Direction::HigherIsBetter => d.relative < -v.tolerance,
-        Direction::LowerIsBetter => d.relative > v.tolerance,
-    };
-    if beyond && d.p < fleetbench_stats::changepoint::Options::default().max_p {
+    if d.p_beyond_tolerance < DRIFT_ALPHA {
         v.status = Status::Regressed;
         v.detail = format!(
-            "{}; DRIFT: {} successive worse change point(s) in the history add up to {:+.1}% \
-             (p {:.1e}), beyond the {:.1}% tolerance",
+            "{}; DRIFT: {} successive worse change point(s) in the history add up to {:+.1}%, \
+             beyond the {:.1}% tolerance (one-sided p {:.1e} < {DRIFT_ALPHA})",
             v.detail,
             d.steps,
             d.relative * 100.0,
-            d.p,
+            d.p_beyond_tolerance,
             v.tolerance * 100.0
         );
     }
@@ -345,6 +393,7 @@ pub fn render(verdicts: &[Verdict]) -> String {
     for v in verdicts {
         let word = match v.status {
             Status::Pass => "pass",
+            Status::Forming => "forming",
             Status::Regressed => "REGRESSED",
             Status::NoBaseline => "new",
         };
@@ -364,7 +413,7 @@ pub fn render(verdicts: &[Verdict]) -> String {
     if !with_points.is_empty() {
         let _ = writeln!(
             out,
-            "change points over the stored history (E-divisive means, t-test p < 0.001):"
+            "change points over the stored history (E-divisive means, Otava's split and merge, t-test p < 0.001):"
         );
         for v in with_points {
             let points: Vec<String> = v

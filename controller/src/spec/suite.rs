@@ -4,7 +4,9 @@
 //! ```toml
 //! [suite]
 //! baseline = "last-passing"      # or "tag:NAME", or "first" (a fixed reference)
-//! confidence = 0.95              # of the interval; the one-sided test runs at 1 - confidence
+//! confidence = 0.95              # the one-sided tests run at 1 - confidence (Holm over the suite)
+//! run_spread = 0.03              # optional: how much a run's mean varies run to run with no
+//!                                # change (3%), assumed until the history measures it
 //! metrics = [
 //!   { name = "output_tokens_per_s", tolerance = 0.05 },
 //!   { name = "ttft_p99_ms", direction = "lower", tolerance = 0.10 },
@@ -130,6 +132,10 @@ pub struct SuiteSpec {
     /// t-based interval replaced it.
     pub resamples: u32,
     pub metrics: Vec<MetricGate>,
+    /// `run_spread`: the relative run-to-run spread of a check's run mean the suite states
+    /// (a prior worth four stored runs); None: checks say "baseline forming" until the history
+    /// has two runs.
+    pub run_spread: Option<f64>,
 }
 
 /// Parses a regression suite: a job spec with a `[suite]` table.
@@ -148,7 +154,16 @@ pub fn parse_suite(file_name: &str, text: &str) -> Result<(JobSpec, SuiteSpec), 
 }
 
 fn suite(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<SuiteSpec> {
-    t.check_keys(ctx, &["baseline", "confidence", "resamples", "metrics"]);
+    t.check_keys(
+        ctx,
+        &[
+            "baseline",
+            "confidence",
+            "resamples",
+            "metrics",
+            "run_spread",
+        ],
+    );
     let baseline = match t.get("baseline") {
         None => Some(Baseline::LastPassing),
         Some(v) => {
@@ -174,6 +189,20 @@ fn suite(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<SuiteSpec> {
             Some(c) => {
                 let msg = format!("a confidence is between 0.5 and 1 (exclusive), got {c}");
                 ctx.error(Some(&v.span()), &t.field("confidence"), msg);
+                None
+            }
+            None => None,
+        },
+    };
+    let run_spread = match t.get("run_spread") {
+        None => Some(None),
+        Some(v) => match t.f64(ctx, "run_spread") {
+            Some(x) if x > 0.0 && x < 1.0 => Some(Some(x)),
+            Some(x) => {
+                let msg = format!(
+                    "a run-to-run spread is relative, above 0 and below 1 (0.03 = 3%), got {x}"
+                );
+                ctx.error(Some(&v.span()), &t.field("run_spread"), msg);
                 None
             }
             None => None,
@@ -212,6 +241,7 @@ fn suite(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<SuiteSpec> {
         confidence: confidence?,
         resamples: resamples?,
         metrics: metrics?,
+        run_spread: run_spread?,
     })
 }
 
