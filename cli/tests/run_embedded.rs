@@ -180,3 +180,65 @@ fn a_dry_run_of_huge_repeats_is_refused_without_allocating() {
     );
     assert!(!all.contains("memory allocation"), "{all}");
 }
+
+/// The verdicts of a results.json: (level label, winner, significant) per tested level.
+fn verdicts(dir: &Path, name: &str) -> Vec<(String, String, bool)> {
+    let path = dir.join("fleetbench-results").join(name).join("results.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("results.json")).unwrap();
+    json["compare"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter(|g| g["tested"].as_bool() == Some(true))
+        .map(|g| {
+            // One statement: the printed interval excludes 0 exactly when significant.
+            let ci = g["effect_ci_pct"].as_array().expect("interval");
+            let (low, high) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
+            let significant = g["margin_significant"].as_bool().unwrap();
+            assert_eq!(low > 0.0 || high < 0.0, significant, "{g}");
+            (
+                g["level_label"].as_str().unwrap().to_string(),
+                g["winner"].as_str().unwrap().to_string(),
+                significant,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_quickstart_as_shipped_calls_b_at_high_load_and_its_aa_twin_calls_nothing() {
+    // examples/quickstart.toml with its 2 repeats: B-cutlass's wins at c=64 and c=256 are
+    // significant. The same spec with B made equal to A (a flag the simulator ignores) calls
+    // no level significant.
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = fleetbench_testkit::repo_root().join("examples/quickstart.toml");
+    let text = std::fs::read_to_string(&shipped).unwrap();
+    std::fs::write(dir.path().join("quickstart.toml"), &text).unwrap();
+    let out = fleetbench(dir.path(), &["run", "quickstart.toml"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let v = verdicts(dir.path(), "quickstart");
+    for level in ["c=64", "c=256"] {
+        assert!(
+            v.iter().any(|(l, w, s)| l == level && w == "B-cutlass" && *s),
+            "{level}: {v:?}"
+        );
+    }
+
+    let b_flags = text
+        .lines()
+        .find(|l| l.starts_with("flags = { \"--moe-runner-backend\" = \"flashinfer_cutlass\""))
+        .expect("B's flags line");
+    let aa = text
+        .replace("name = \"quickstart\"", "name = \"quickstart-aa\"")
+        .replace(
+            b_flags,
+            "flags = { \"--moe-runner-backend\" = \"triton\", \"--dp-size\" = 1 }",
+        );
+    std::fs::write(dir.path().join("aa.toml"), aa).unwrap();
+    let out = fleetbench(dir.path(), &["run", "aa.toml"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let v = verdicts(dir.path(), "quickstart-aa");
+    assert!(v.len() >= 4, "{v:?}");
+    assert!(v.iter().all(|(_, _, s)| !s), "an A/A job called a level: {v:?}");
+}
