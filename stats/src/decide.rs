@@ -76,6 +76,10 @@ impl Tested {
     }
 }
 
+/// A comparison's contrast with the variance and degrees of freedom its test uses, and the
+/// prior they came from.
+type Moderated = (Contrast, f64, f64, Option<Prior>);
+
 /// One level's verdict within its family.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LevelCall {
@@ -107,7 +111,7 @@ pub fn compare_family(designs: &[Design<'_>], alpha: f64) -> Vec<LevelCall> {
     };
     let priors = [prior_of(0), prior_of(1)];
     // (contrast, variance, df, prior) of each testable comparison.
-    let tests: Vec<Option<(Contrast, f64, f64, Option<Prior>)>> = contrasts
+    let tests: Vec<Option<Moderated>> = contrasts
         .iter()
         .map(|c| {
             let c = (*c)?;

@@ -413,7 +413,8 @@ pub fn render(verdicts: &[Verdict]) -> String {
     if !with_points.is_empty() {
         let _ = writeln!(
             out,
-            "change points over the stored history (E-divisive means, Otava's split and merge, t-test p < 0.001):"
+            "change points over the stored history (E-divisive means, Otava's split and merge, t-test p < {}):",
+            fleetbench_stats::changepoint::Options::default().max_p
         );
         for v in with_points {
             let points: Vec<String> = v
