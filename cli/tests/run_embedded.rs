@@ -183,7 +183,10 @@ fn a_dry_run_of_huge_repeats_is_refused_without_allocating() {
 
 /// The verdicts of a results.json: (level label, winner, significant) per tested level.
 fn verdicts(dir: &Path, name: &str) -> Vec<(String, String, bool)> {
-    let path = dir.join("fleetbench-results").join(name).join("results.json");
+    let path = dir
+        .join("fleetbench-results")
+        .join(name)
+        .join("results.json");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("results.json")).unwrap();
     json["compare"]["groups"]
@@ -216,11 +219,16 @@ fn the_quickstart_as_shipped_calls_b_at_high_load_and_its_aa_twin_calls_nothing(
     let text = std::fs::read_to_string(&shipped).unwrap();
     std::fs::write(dir.path().join("quickstart.toml"), &text).unwrap();
     let out = fleetbench(dir.path(), &["run", "quickstart.toml"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let v = verdicts(dir.path(), "quickstart");
     for level in ["c=64", "c=256"] {
         assert!(
-            v.iter().any(|(l, w, s)| l == level && w == "B-cutlass" && *s),
+            v.iter()
+                .any(|(l, w, s)| l == level && w == "B-cutlass" && *s),
             "{level}: {v:?}"
         );
     }
@@ -237,8 +245,15 @@ fn the_quickstart_as_shipped_calls_b_at_high_load_and_its_aa_twin_calls_nothing(
         );
     std::fs::write(dir.path().join("aa.toml"), aa).unwrap();
     let out = fleetbench(dir.path(), &["run", "aa.toml"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let v = verdicts(dir.path(), "quickstart-aa");
     assert!(v.len() >= 4, "{v:?}");
-    assert!(v.iter().all(|(_, _, s)| !s), "an A/A job called a level: {v:?}");
+    assert!(
+        v.iter().all(|(_, _, s)| !s),
+        "an A/A job called a level: {v:?}"
+    );
 }

@@ -69,7 +69,10 @@ fn false_rate(seed: u64, job: &Job) -> f64 {
 }
 
 /// A/A settings whose family-wise error is held at alpha (+1 point of Monte Carlo noise).
-const HELD: [(&str, f64, (f64, f64), Noise, usize); 6] = [
+/// An A/A case: name, host effect, range of level spreads, noise, levels.
+type Case = (&'static str, f64, (f64, f64), Noise, usize);
+
+const HELD: [Case; 6] = [
     (
         "8 levels, 3% spread, 5% host effect",
         0.05,
@@ -117,7 +120,7 @@ const HELD: [(&str, f64, (f64, f64), Noise, usize); 6] = [
 /// The known limit (docs/tuning.md): 3 or 4 levels whose spreads differ by 4-8× give the
 /// prior too little to tell a common spread from unequal ones; measured 7-10%, asserted so
 /// that a change that makes it worse is seen.
-const LIMIT: [(&str, f64, (f64, f64), Noise, usize); 2] = [
+const LIMIT: [Case; 2] = [
     (
         "4 levels (the quickstart's size), spreads 0.5-2%",
         0.0,
@@ -134,7 +137,7 @@ const LIMIT: [(&str, f64, (f64, f64), Noise, usize); 2] = [
     ),
 ];
 
-fn worst_false_rate(cases: &[(&str, f64, (f64, f64), Noise, usize)]) -> f64 {
+fn worst_false_rate(cases: &[Case]) -> f64 {
     let mut worst: f64 = 0.0;
     for repeats in [2, 3, 5] {
         for &(name, host, spread, noise, levels) in cases {
