@@ -293,7 +293,7 @@ fn console_lines(stderr: &str) -> Vec<&str> {
 fn report_renders_in_headless_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let results = results(true);
-    let compare = fleetbench_controller::compare::compare(&results);
+    let compare = fleetbench_verdicts::compare::compare(&results);
     let files = report::write_all(&dir.path().join("out"), &results, &compare).unwrap();
     let names: Vec<_> = files
         .iter()
@@ -416,7 +416,7 @@ fn report_renders_in_headless_chromium() {
 fn a_report_without_telemetry_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let results = results(false);
-    let compare = fleetbench_controller::compare::compare(&results);
+    let compare = fleetbench_verdicts::compare::compare(&results);
     let files = report::write_all(dir.path(), &results, &compare).unwrap();
     let html = std::fs::read_to_string(&files[2]).unwrap();
     assert!(html.contains("No GPU telemetry: the hosts reported no GPUs"));
@@ -435,7 +435,7 @@ fn a_report_without_telemetry_says_so() {
 #[test]
 fn terminal_comparison_shows_winners_crossovers_and_crashes() {
     let results = results(false);
-    let compare = fleetbench_controller::compare::compare(&results);
+    let compare = fleetbench_verdicts::compare::compare(&results);
     let text = report::table::render_compare(&compare);
     assert!(text.contains("Workload random-512"), "{text}");
     assert!(text.contains("winner +"), "{text}");
@@ -457,7 +457,7 @@ fn open_loop_levels_plot_against_request_rate() {
         level.request_rate = level.concurrency.map(|c| f64::from(c) / 4.0);
         level.concurrency = None;
     }
-    let compare = fleetbench_controller::compare::compare(&results);
+    let compare = fleetbench_verdicts::compare::compare(&results);
     let labels: Vec<_> = compare
         .groups
         .iter()
@@ -485,7 +485,7 @@ fn two_jobs_in_one_report_keep_their_configs_apart() {
     results.jobs.extend(second.jobs);
     results.configs.extend(second.configs);
     results.levels.extend(second.levels);
-    let compare = fleetbench_controller::compare::compare(&results);
+    let compare = fleetbench_verdicts::compare::compare(&results);
     assert_eq!(compare.groups[0].configs.len(), 4);
     let files = report::write_all(dir.path(), &results, &compare).unwrap();
     let html = std::fs::read_to_string(&files[2]).unwrap();

@@ -340,7 +340,9 @@ impl controller_server::Controller for ControllerService {
             )));
         }
         let results = self.results(&r.job_ids, false).await?;
-        Ok(Response::new(crate::compare::compare_at(&results, r.alpha)))
+        Ok(Response::new(fleetbench_verdicts::compare::compare_at(
+            &results, r.alpha,
+        )))
     }
 
     async fn record_suite_run(

@@ -11,7 +11,6 @@
 pub mod agents;
 pub mod api;
 pub mod authz;
-pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod events;
@@ -20,7 +19,6 @@ pub mod metrics;
 pub mod regress;
 pub mod scheduler;
 pub mod server;
-pub mod spec;
 pub mod store;
 pub mod tuning;
 

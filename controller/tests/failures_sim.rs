@@ -141,7 +141,7 @@ async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress
     let err = bad
         .verdicts
         .iter()
-        .find(|v| v.metric == fleetbench_controller::spec::suite::Metric::ErrorRate)
+        .find(|v| v.metric == fleetbench_spec::suite::Metric::ErrorRate)
         .unwrap_or_else(|| panic!("no error_rate check: {rendered}"));
     assert_eq!(err.status, Status::Regressed, "{rendered}");
 }

@@ -224,7 +224,7 @@ requests = 8
     let r = run(&mut c, spec).await;
     assert_eq!(r.runs.len(), 6, "3 configs x 2 repeats");
     // The recorded order: the trials' positions, as the seed shuffled each block.
-    let parsed = fleetbench_controller::spec::parse("job.toml", spec).unwrap();
+    let parsed = fleetbench_spec::parse("job.toml", spec).unwrap();
     let want: Vec<(u32, String)> = parsed
         .expand_trials_seeded(7)
         .iter()

@@ -5,9 +5,9 @@
 
 use fleetbench_controller::regress::history::PastRun;
 use fleetbench_controller::regress::verdict::{self, Status};
-use fleetbench_controller::spec::suite::{Baseline, Direction, Metric, parse_suite};
 use fleetbench_proto::agentpb::{Distribution, LevelOutcome, LevelResult, LoadLevel};
 use fleetbench_proto::controllerpb::StoredLevel;
+use fleetbench_spec::suite::{Baseline, Direction, Metric, parse_suite};
 
 const HEAD: &str = r#"name = "s"
 repeats = 3
@@ -48,10 +48,10 @@ fn a_valid_suite_parses_with_defaults() {
     assert_eq!(suite.metrics[1].direction, Direction::LowerIsBetter);
     assert_eq!(suite.run_spread, None);
     // The job the scheduler runs has no [suite] and parses as a plain job spec.
-    let job_text = fleetbench_controller::spec::suite::job_toml(&text).unwrap();
-    assert!(fleetbench_controller::spec::parse("job.toml", &job_text).is_ok());
+    let job_text = fleetbench_spec::suite::job_toml(&text).unwrap();
+    assert!(fleetbench_spec::parse("job.toml", &job_text).is_ok());
     // A plain job spec still refuses [suite].
-    assert!(fleetbench_controller::spec::parse("suite.toml", &text).is_err());
+    assert!(fleetbench_spec::parse("suite.toml", &text).is_err());
 }
 
 #[test]
@@ -161,10 +161,7 @@ fn every_suite_example_parses() {
         if name.starts_with("suite-") && name.ends_with(".toml") {
             let text = std::fs::read_to_string(&path).unwrap();
             if let Err(e) = parse_suite(&name, &text) {
-                panic!(
-                    "{name}:\n{}",
-                    fleetbench_controller::spec::render_errors(&e)
-                );
+                panic!("{name}:\n{}", fleetbench_spec::render_errors(&e));
             }
             seen += 1;
         }
@@ -172,7 +169,7 @@ fn every_suite_example_parses() {
     assert!(seen >= 1, "no examples/suite-*.toml");
 }
 
-fn suite_with(metrics: &str, baseline: &str) -> fleetbench_controller::spec::suite::SuiteSpec {
+fn suite_with(metrics: &str, baseline: &str) -> fleetbench_spec::suite::SuiteSpec {
     let text = format!("{HEAD}[suite]\nbaseline = \"{baseline}\"\nmetrics = [{metrics}]\n");
     parse_suite("suite.toml", &text).unwrap().1
 }

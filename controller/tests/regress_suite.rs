@@ -6,8 +6,8 @@
 mod regress_common;
 
 use fleetbench_controller::regress::{self, Fleet as _, History, RegressError, Status};
-use fleetbench_controller::spec::suite::job_toml;
 use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
+use fleetbench_spec::suite::job_toml;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passing_run() {

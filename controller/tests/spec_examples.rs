@@ -1,6 +1,6 @@
 //! Every job spec under `examples/` is valid: users copy them, and the README runs one.
 
-use fleetbench_controller::spec::parse;
+use fleetbench_spec::parse;
 
 #[test]
 fn every_example_parses() {
@@ -16,7 +16,7 @@ fn every_example_parses() {
         // Regression suites are read by their own parser; a tuning example (`[search]`) is
         // refused by name by the plain parser, never half-read.
         let parsed = if text.lines().any(|l| l.trim() == "[suite]") {
-            fleetbench_controller::spec::suite::parse_suite(&name, &text).map(|(spec, _)| spec)
+            fleetbench_spec::suite::parse_suite(&name, &text).map(|(spec, _)| spec)
         } else {
             parse(&name, &text)
         };
@@ -57,7 +57,7 @@ fn the_quickstart_tells_the_ab_story() {
     };
     let crash_above: u32 = flag("--crash-above-batch").unwrap().parse().unwrap();
     let top = match &spec.load.levels {
-        fleetbench_controller::spec::Levels::Concurrency(c) => *c.last().unwrap(),
+        fleetbench_spec::Levels::Concurrency(c) => *c.last().unwrap(),
         other => panic!("{other:?}"),
     };
     assert!(top > crash_above, "B must crash at the top level");

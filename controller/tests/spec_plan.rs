@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use fleetbench_controller::spec::{Bound, JobSpec, Levels, Order, TrialPlan, parse};
 use fleetbench_engines::{EngineKind, config_id};
 use fleetbench_proto::agentpb;
+use fleetbench_spec::{Bound, JobSpec, Levels, Order, TrialPlan, parse};
 
 const AB: &str = r#"
 name = "ab"

@@ -1,8 +1,8 @@
 //! Spec validation: every wrong file under `fixtures/specs/` yields exactly the listed errors,
 //! each naming the file, the 1-based line and the field path.
 
-use fleetbench_controller::spec::{SpecError, parse};
 use fleetbench_proto::controllerpb;
+use fleetbench_spec::{SpecError, parse};
 
 fn errors_of(file: &str) -> Vec<String> {
     let path = format!("{}/tests/fixtures/specs/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -226,8 +226,8 @@ fn bad_bounds_tiny() {
 }
 
 mod props {
-    use fleetbench_controller::spec::{Bound, Levels, parse};
     use fleetbench_proto::limits as lim;
+    use fleetbench_spec::{Bound, Levels, parse};
     use proptest::prelude::*;
 
     fn spec(repeats: i64, levels: &str, bound: &str, input_len: i64) -> String {

@@ -8,14 +8,14 @@ mod common;
 
 use std::future::Future;
 
-use fleetbench_controller::spec::Slo;
-use fleetbench_controller::spec::search::Objective;
 use fleetbench_controller::store::{NewJob, Store, TrialRow};
 use fleetbench_controller::tuning::score::{self, HostGpus};
 use fleetbench_proto::agentpb::{Distribution, LevelOutcome, LevelResult, LoadLevel};
 use fleetbench_proto::controllerpb::{
     ConfigInfo, GetResultsResponse, JobKind, StoredLevel, TrialState,
 };
+use fleetbench_spec::Slo;
+use fleetbench_spec::search::Objective;
 
 fn job(id: &str, kind: JobKind, created: i64) -> NewJob {
     NewJob {

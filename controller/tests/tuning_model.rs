@@ -4,10 +4,10 @@
 
 mod regress_common;
 
-use fleetbench_controller::spec::search::{SWITCH_ON, SearchSpec};
-use fleetbench_controller::spec::{JobSpec, Levels};
 use fleetbench_controller::tuning;
 use fleetbench_sim::model;
+use fleetbench_spec::search::{SWITCH_ON, SearchSpec};
+use fleetbench_spec::{JobSpec, Levels};
 
 fn example(name: &str) -> (JobSpec, SearchSpec) {
     let path = fleetbench_testkit::repo_root().join("examples").join(name);

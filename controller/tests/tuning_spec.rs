@@ -1,8 +1,8 @@
 //! `[search]` validation: every problem located as file:line: field: message, and the space
 //! (lists, ranges, switches, constraints) expanded into candidates.
 
-use fleetbench_controller::spec::search::{Objective, SWITCH_ON, Strategy, parse_search};
 use fleetbench_controller::tuning::space;
+use fleetbench_spec::search::{Objective, SWITCH_ON, Strategy, parse_search};
 
 const HEAD: &str = r#"name = "t"
 [[configs]]
@@ -66,9 +66,7 @@ fn a_space_expands_with_constraints_into_plain_job_configs() {
         concurrency: None,
         requests: None,
     };
-    let job =
-        fleetbench_controller::spec::parse("t.toml", &space::round_toml(&text, &round).unwrap())
-            .unwrap();
+    let job = fleetbench_spec::parse("t.toml", &space::round_toml(&text, &round).unwrap()).unwrap();
     assert_eq!(job.configs.len(), 12);
     let off = job
         .configs
@@ -83,7 +81,7 @@ fn a_space_expands_with_constraints_into_plain_job_configs() {
     );
     assert_eq!(
         job.load.bound,
-        fleetbench_controller::spec::Bound::Requests(8),
+        fleetbench_spec::Bound::Requests(8),
         "half of 8 would be one request per slot of c=4 (a burst): a rung keeps 4 per slot, \
          capped by the spec's own 8"
     );

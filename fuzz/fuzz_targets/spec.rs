@@ -1,10 +1,10 @@
-//! The job spec parser and validator (`fleetbench_controller::spec`): any text gives a spec or
+//! The job spec parser and validator (`fleetbench_spec`): any text gives a spec or
 //! located errors, never a panic; a spec that parses has every number in range, expands to at
 //! most `MAX_TRIALS` trials, and what it sends the agent passes the agent's own bounds (a spec
 //! the controller accepts never fails at the agent for a number the agent refuses).
 #![no_main]
 
-use fleetbench_controller::spec::{self, Bound, JobSpec, Levels};
+use fleetbench_spec::{self as spec, Bound, JobSpec, Levels};
 use fleetbench_proto::limits as lim;
 use libfuzzer_sys::fuzz_target;
 

@@ -284,7 +284,7 @@ fn levels_table(levels: &[fleetbench_proto::controllerpb::StoredLevel]) -> Strin
             l.config_name.clone(),
             l.workload.clone(),
             l.repeat.to_string(),
-            fleetbench_controller::spec::level_label(&r.level.unwrap_or_default()),
+            fleetbench_spec::level_label(&r.level.unwrap_or_default()),
             fleetbench_proto::agentpb::LevelOutcome::word_of(r.outcome),
             fmt_num(r.output_tokens_per_s, 1),
             p99.map_or("-".into(), |v| format!("{} ms", fmt_num(v, 2))),

@@ -147,7 +147,7 @@ impl Source {
                 .await
                 .context("Compare")?
                 .into_inner()),
-            Source::Local(_) => Ok(fleetbench_controller::compare::compare_at(results, alpha)),
+            Source::Local(_) => Ok(fleetbench_verdicts::compare::compare_at(results, alpha)),
         }
     }
 

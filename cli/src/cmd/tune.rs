@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use fleetbench_controller::spec::search::Objective;
 use fleetbench_controller::tuning::{self, TuneError};
+use fleetbench_spec::search::Objective;
 
 use super::jobs::{ControllerArgs, connect};
 use super::regress::LocalFleet;

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use fleetbench_controller::spec::level_label;
 use fleetbench_proto::agentpb::{LevelOutcome, LevelResult, engine_event};
 use fleetbench_proto::controllerpb::{
     Job, JobState, TrialEvent, TrialState, WatchJobRequest, job_event,
 };
+use fleetbench_spec::level_label;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::jobs::{Client, ControllerArgs, connect};

@@ -4,10 +4,10 @@
 //! with the job's final `job` event.
 
 use anyhow::Context;
-use fleetbench_controller::spec::level_label;
 use fleetbench_proto::Word;
 use fleetbench_proto::agentpb::{Distribution, LevelOutcome, engine_event};
 use fleetbench_proto::controllerpb::{Job, JobState, TrialState, WatchJobRequest, job_event};
+use fleetbench_spec::level_label;
 use serde_json::{Value, json};
 
 use super::jobs::Client;

@@ -129,7 +129,7 @@ fn workloads(compare: &CompareResponse) -> Vec<(&str, Vec<&CompareGroup>)> {
 }
 
 fn comparison(h: &mut String, compare: &CompareResponse, colors: &Colors) {
-    h.push_str("<h2>Comparison</h2>\n<p class=\"meta\">Throughput is the mean over repeats (± their standard deviation); latencies are the mean of each repeat's percentile. A margin is significant when Welch's t-test on the log throughputs of the winner and the runner-up rejects equality at the stated alpha after Holm's correction over every level tested (needs 2+ repeats per side); a config that crashed, failed, or exceeded the SLO's max_error_rate cannot win.</p>\n");
+    h.push_str("<h2>Comparison</h2>\n<p class=\"meta\">Throughput is the mean over repeats (± their standard deviation); latencies are the mean of each repeat's percentile. The winner has the higher geometric mean; its margin is significant when a t-test on the log throughputs of the winner and the runner-up (paired by repeat block in a blocked job, through a shared config across jobs; the variance moderated over the job's levels) rejects equality at the stated alpha after Holm's correction over every level tested, and its interval is the one that test implies (needs 2+ repeats per side); a config that crashed, failed, or exceeded the SLO's max_error_rate cannot win.</p>\n");
     if compare.groups.is_empty() {
         h.push_str("<p class=\"note\">No level results were stored for this job.</p>\n");
     }

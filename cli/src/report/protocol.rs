@@ -17,7 +17,7 @@ pub(crate) const CACHE_WARN: f64 = 0.05;
 /// Workloads whose prompts share on purpose (shared prefix, dataset files with repeats,
 /// trace replay), by job id and workload name, from the jobs' specs.
 fn sharing(results: &GetResultsResponse) -> BTreeSet<(String, String)> {
-    use fleetbench_controller::spec::{self, Dataset};
+    use fleetbench_spec::{self as spec, Dataset};
     let mut out = BTreeSet::new();
     for j in &results.jobs {
         let parsed = spec::parse(&j.file_name, &j.spec_toml)
@@ -38,7 +38,7 @@ fn label(l: &StoredLevel) -> String {
     l.result
         .as_ref()
         .and_then(|r| r.level)
-        .map(|lv| fleetbench_controller::spec::level_label(&lv))
+        .map(|lv| fleetbench_spec::level_label(&lv))
         .unwrap_or_default()
 }
 

@@ -12,8 +12,8 @@ use fleetbench_proto::controllerpb::{
     RecordSuiteRunRequest, SubmitJobRequest,
 };
 
-use crate::spec::SpecError;
 use crate::store::SuiteRun;
+use fleetbench_spec::SpecError;
 
 /// Errors talking to the controller.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum FleetError {
     #[error("controller: {0}")]
     Local(String),
     /// The controller refused a generated job spec (a bug: specs are validated first).
-    #[error("the controller refused the job spec:\n{}", crate::spec::render_errors(.0))]
+    #[error("the controller refused the job spec:\n{}", fleetbench_spec::render_errors(.0))]
     Refused(Vec<SpecError>),
 }
 

@@ -10,8 +10,8 @@ use fleetbench_proto::controllerpb::{self, JobState, SuiteCheck};
 use super::verdict::{Status, Verdict};
 use super::{Fleet, FleetError, RegressError};
 use crate::metrics::Metrics;
-use crate::spec::suite::Baseline;
 use crate::store::{Store, SuiteRun};
+use fleetbench_spec::suite::Baseline;
 
 /// The checks of a run as the API carries them (for the controller's regression metrics).
 pub fn checks(verdicts: &[Verdict]) -> Vec<SuiteCheck> {

@@ -23,17 +23,17 @@ use fleetbench_proto::controllerpb::{Job, JobKind, JobState};
 use fleetbench_proto::now_unix_ms;
 
 use crate::metrics::Metrics;
-use crate::spec::suite::{SuiteSpec, job_toml, parse_suite};
-use crate::spec::{JobSpec, SpecError};
 use crate::store::{Store, StoreError, SuiteRun};
 pub use fleet::{Fleet, FleetError};
+use fleetbench_spec::suite::{SuiteSpec, job_toml, parse_suite};
+use fleetbench_spec::{JobSpec, SpecError};
 pub use verdict::{Status, Verdict};
 
 /// Errors of a suite run.
 #[derive(Debug, thiserror::Error)]
 pub enum RegressError {
     /// The suite file is invalid; every problem, located.
-    #[error("{}", crate::spec::render_errors(.0))]
+    #[error("{}", fleetbench_spec::render_errors(.0))]
     Spec(Vec<SpecError>),
     /// Talking to the controller failed.
     #[error(transparent)]

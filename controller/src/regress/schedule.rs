@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Fleet, FleetError, History, run_suite};
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
-use crate::spec::SpecError;
 use crate::store::SuiteRun;
+use fleetbench_spec::SpecError;
 
 /// A suite the controller runs on a schedule.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -43,7 +43,7 @@ pub(crate) fn validate(suites: &[ScheduledSuite], problems: &mut Vec<String>) {
         match std::fs::read_to_string(&s.path) {
             Ok(text) => {
                 if let Err(errors) =
-                    crate::spec::suite::parse_suite(&s.path.display().to_string(), &text)
+                    fleetbench_spec::suite::parse_suite(&s.path.display().to_string(), &text)
                 {
                     for e in errors {
                         problems.push(format!("suites[{i}].path: {e}"));

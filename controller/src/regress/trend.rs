@@ -8,7 +8,7 @@ use fleetbench_stats::changepoint::{self, Drift, Options};
 use fleetbench_stats::regress::Direction as StatsDirection;
 
 use super::history::PastRun;
-use crate::spec::suite::Direction;
+use fleetbench_spec::suite::Direction;
 
 /// A change point of a check's history.
 #[derive(Debug, Clone, PartialEq)]

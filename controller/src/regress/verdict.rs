@@ -22,8 +22,8 @@ use fleetbench_stats::regress::{CheckInput, DRIFT_ALPHA, Outcome, Tested, error_
 use super::history::PastRun;
 use super::trend::{Trend, stats_direction, trend};
 use crate::metrics::Metrics;
-use crate::spec::level_label;
-use crate::spec::suite::{Baseline, Direction, Metric, MetricGate, SuiteSpec};
+use fleetbench_spec::level_label;
+use fleetbench_spec::suite::{Baseline, Direction, Metric, MetricGate, SuiteSpec};
 
 /// What one check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

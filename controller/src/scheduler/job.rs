@@ -16,8 +16,8 @@ use tracing::Instrument;
 use super::Ctx;
 use super::trial::{self, TrialOutcome};
 use crate::agents::HostSnapshot;
-use crate::spec;
 use crate::store::{StoreError, TrialRow};
+use fleetbench_spec as spec;
 
 /// Runs (or resumes) a job until it ends, the controller shuts down, or this controller stops
 /// leading (`term` cancelled: the job stays `running` in the store for the next leader).

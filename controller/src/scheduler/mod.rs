@@ -29,8 +29,8 @@ use tokio_util::task::TaskTracker;
 use crate::agents::Inventory;
 use crate::events::EventHub;
 use crate::metrics::Metrics;
-use crate::spec;
 use crate::store::{NewJob, Store, StoreError, TrialRow};
+use fleetbench_spec as spec;
 use telemetry_writer::TelemetryWriter;
 
 /// The agent lease TTL unless configured (`lease_ttl`).

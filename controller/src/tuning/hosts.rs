@@ -11,8 +11,8 @@ use std::time::Duration;
 use super::TuneError;
 use super::score::HostGpus;
 use crate::regress::{Fleet, FleetError};
-use crate::spec::HostSelector;
-use crate::spec::search::Objective;
+use fleetbench_spec::HostSelector;
+use fleetbench_spec::search::Objective;
 
 /// GPUs per host, from the facts of the agents that have reported them.
 pub fn gpu_counts(agents: &[AgentInfo]) -> HostGpus {

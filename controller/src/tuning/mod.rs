@@ -16,14 +16,14 @@ pub mod search;
 pub mod space;
 
 use crate::regress::FleetError;
-use crate::spec::search::{SearchSpec, parse_search};
-use crate::spec::{JobSpec, SpecError};
+use fleetbench_spec::search::{SearchSpec, parse_search};
+use fleetbench_spec::{JobSpec, SpecError};
 
 /// Errors of a tuning search.
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
     /// The search spec is invalid; every problem, located.
-    #[error("{}", crate::spec::render_errors(.0))]
+    #[error("{}", fleetbench_spec::render_errors(.0))]
     Spec(Vec<SpecError>),
     /// Talking to the controller failed.
     #[error(transparent)]

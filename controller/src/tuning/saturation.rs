@@ -11,8 +11,8 @@ use super::score;
 use super::space::{self, Candidate, Round};
 use super::{TuneError, parse};
 use crate::regress::Fleet;
-use crate::spec::Levels;
-use crate::spec::search::{Objective, Saturation};
+use fleetbench_spec::Levels;
+use fleetbench_spec::search::{Objective, Saturation};
 
 /// One probe: a concurrency and whether every repeat met the SLO there.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +100,7 @@ async fn one<F: Fleet>(
     fleet: &mut F,
     file_name: &str,
     text: &str,
-    spec: &crate::spec::JobSpec,
+    spec: &fleetbench_spec::JobSpec,
     cand: Candidate,
     b: Saturation,
 ) -> Result<SaturationResult, TuneError> {
@@ -116,7 +116,7 @@ async fn one<F: Fleet>(
     // Each probe runs as many requests per concurrency slot as the spec's widest fixed level
     // does, so a wide level is measured past its ramp-up as a narrow one is.
     let per_slot = match (&spec.load.levels, spec.load.bound) {
-        (Levels::Concurrency(cs), crate::spec::Bound::Requests(n)) => {
+        (Levels::Concurrency(cs), fleetbench_spec::Bound::Requests(n)) => {
             let widest = cs.iter().copied().max().unwrap_or(1).max(1);
             Some(n.div_ceil(widest).max(1))
         }

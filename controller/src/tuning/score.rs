@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use fleetbench_proto::agentpb::{LevelOutcome, LevelResult};
 use fleetbench_proto::controllerpb::{GetResultsResponse, RunState, StoredLevel};
 
-use crate::spec::search::Objective;
-use crate::spec::{Slo, level_label};
+use fleetbench_spec::search::Objective;
+use fleetbench_spec::{Slo, level_label};
 
 /// One level of one candidate, averaged over its repeats.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,7 +19,7 @@ use super::score::{self, Measured, Point};
 use super::space::{self, Candidate, Round};
 use super::{TuneError, hosts, parse};
 use crate::regress::Fleet;
-use crate::spec::search::{Objective, SearchSpec, Strategy};
+use fleetbench_spec::search::{Objective, SearchSpec, Strategy};
 
 /// Finalists re-measured in the confirmation round.
 pub const CONFIRM_FINALISTS: usize = 3;

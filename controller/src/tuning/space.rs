@@ -6,8 +6,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
-use crate::spec::search::{FlagChoice, SWITCH_ON, SearchSpec, Strategy, toml_flag_value};
-use crate::spec::{ConfigSpec, JobSpec};
+use fleetbench_spec::search::{FlagChoice, SWITCH_ON, SearchSpec, Strategy, toml_flag_value};
+use fleetbench_spec::{ConfigSpec, JobSpec};
 
 /// One point of the space: the searched flags' values after constraints (a flag a
 /// constraint drops is absent).

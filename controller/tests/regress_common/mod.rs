@@ -121,10 +121,10 @@ metrics = [
 /// The simulator's argv for a search candidate: the starting config's flags with the
 /// candidate's over them (what the agent would start).
 pub fn sim_argv(
-    spec: &fleetbench_controller::spec::JobSpec,
+    spec: &fleetbench_spec::JobSpec,
     c: &fleetbench_controller::tuning::space::Candidate,
 ) -> Vec<String> {
-    use fleetbench_controller::spec::search::SWITCH_ON;
+    use fleetbench_spec::search::SWITCH_ON;
     let mut flags: std::collections::BTreeMap<String, Option<String>> = spec.configs[0]
         .flags
         .iter()
@@ -153,7 +153,7 @@ pub fn sim_argv(
 
 /// The simulator's model of a candidate; None when it does not start (memory).
 pub fn model_params(
-    spec: &fleetbench_controller::spec::JobSpec,
+    spec: &fleetbench_spec::JobSpec,
     c: &fleetbench_controller::tuning::space::Candidate,
 ) -> Option<fleetbench_sim::ModelParams> {
     let args = fleetbench_sim::parse_args(&sim_argv(spec, c)).ok()?;
@@ -163,12 +163,12 @@ pub fn model_params(
 /// The candidate the model makes best: output tokens/s at the spec's first concurrency level
 /// with the spec's request count, among those that start.
 pub fn model_best(
-    spec: &fleetbench_controller::spec::JobSpec,
-    search: &fleetbench_controller::spec::search::SearchSpec,
+    spec: &fleetbench_spec::JobSpec,
+    search: &fleetbench_spec::search::SearchSpec,
     input_len: u32,
     output_len: u32,
 ) -> (String, f64) {
-    use fleetbench_controller::spec::{Bound, Levels};
+    use fleetbench_spec::{Bound, Levels};
     let Levels::Concurrency(cs) = &spec.load.levels else {
         panic!("concurrency levels")
     };

@@ -22,8 +22,8 @@ use tracing::Instrument;
 use super::lease::{AcquireError, AgentLease, LeaseEnd};
 use super::{Ctx, telemetry};
 use crate::agents::{AgentClient, Lease};
-use crate::spec::JobSpec;
 use crate::store::{StoreError, TrialRow};
+use fleetbench_spec::JobSpec;
 
 mod levels;
 

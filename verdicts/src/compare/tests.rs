@@ -263,7 +263,7 @@ fn job_with_slo(id: &str, slo: &str) -> fleetbench_proto::controllerpb::Job {
          [[workloads]]\nname = \"w\"\ndataset = \"random\"\ninput_len = 16\noutput_len = 16\n\
          [load]\nconcurrency = [1, 64, 512]\nrequests = 10\nslo = {slo}\n"
     );
-    crate::spec::parse("j.toml", &spec).expect("the test's spec parses");
+    fleetbench_spec::parse("j.toml", &spec).expect("the test's spec parses");
     fleetbench_proto::controllerpb::Job {
         id: id.into(),
         file_name: "j.toml".into(),

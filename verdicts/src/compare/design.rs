@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use fleetbench_stats::contrast::Design;
 
-use crate::spec::Order;
+use fleetbench_spec::Order;
 
 /// One repeat's value of a config at a level.
 #[derive(Debug, Clone)]

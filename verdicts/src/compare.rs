@@ -32,8 +32,8 @@ use fleetbench_proto::controllerpb::{
 use fleetbench_stats::contrast::Design;
 use fleetbench_stats::decide::{LevelTest, compare_family};
 
-use crate::spec::{Order, level_label};
 use design::{Plan, Point, Side};
+use fleetbench_spec::{Order, level_label};
 
 mod design;
 
@@ -57,7 +57,7 @@ fn job_rules(results: &GetResultsResponse) -> (HashMap<String, JobRules>, Vec<St
         .jobs
         .iter()
         .map(|j| {
-            let rules = match crate::spec::parse(&j.file_name, &j.spec_toml) {
+            let rules = match fleetbench_spec::parse(&j.file_name, &j.spec_toml) {
                 Ok(s) => JobRules {
                     max_error_rate: s.load.slo.max_error_rate,
                     order: Some(s.order),
@@ -67,14 +67,14 @@ fn job_rules(results: &GetResultsResponse) -> (HashMap<String, JobRules>, Vec<St
                         "the spec of job {} could not be read ({}): max_error_rate {:.0}% \
                          assumed and its levels tested as two samples",
                         j.id.chars().take(8).collect::<String>(),
-                        crate::spec::render_errors(&e)
+                        fleetbench_spec::render_errors(&e)
                             .lines()
                             .next()
                             .unwrap_or_default(),
-                        crate::spec::DEFAULT_MAX_ERROR_RATE * 100.0
+                        fleetbench_spec::DEFAULT_MAX_ERROR_RATE * 100.0
                     ));
                     JobRules {
-                        max_error_rate: crate::spec::DEFAULT_MAX_ERROR_RATE,
+                        max_error_rate: fleetbench_spec::DEFAULT_MAX_ERROR_RATE,
                         order: None,
                     }
                 }
@@ -126,7 +126,9 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
             .map(|(key, s)| {
                 let max = rules
                     .get(&key.job_id)
-                    .map_or(crate::spec::DEFAULT_MAX_ERROR_RATE, |r| r.max_error_rate);
+                    .map_or(fleetbench_spec::DEFAULT_MAX_ERROR_RATE, |r| {
+                        r.max_error_rate
+                    });
                 config_stats(key, s, &names, max)
             })
             .collect();
