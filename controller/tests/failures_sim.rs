@@ -131,12 +131,16 @@ async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress
     let base = regress::run_suite(&mut client, history, "s.toml", &suite(0.0, false), "base")
         .await
         .unwrap();
-    assert!(base.passed, "{}", regress::verdict::render(&base.verdicts));
+    assert!(
+        base.passed,
+        "{}",
+        fleetbench_verdicts::regress::verdict::render(&base.verdicts)
+    );
     let bad = regress::run_suite(&mut client, history, "s.toml", &suite(0.2, true), "")
         .await
         .unwrap();
     fleet.stop().await;
-    let rendered = regress::verdict::render(&bad.verdicts);
+    let rendered = fleetbench_verdicts::regress::verdict::render(&bad.verdicts);
     assert!(!bad.passed, "{rendered}");
     let err = bad
         .verdicts

@@ -56,7 +56,11 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     .await
     .unwrap();
     assert_eq!(same.baseline_job_id.as_deref(), Some(first.job.id.as_str()));
-    assert!(same.passed, "{}", regress::verdict::render(&same.verdicts));
+    assert!(
+        same.passed,
+        "{}",
+        fleetbench_verdicts::regress::verdict::render(&same.verdicts)
+    );
 
     // A 50% slower build: both metrics regress, outside the noise.
     let slow = regress::run_suite(
@@ -68,7 +72,11 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     )
     .await
     .unwrap();
-    assert!(!slow.passed, "{}", regress::verdict::render(&slow.verdicts));
+    assert!(
+        !slow.passed,
+        "{}",
+        fleetbench_verdicts::regress::verdict::render(&slow.verdicts)
+    );
     for v in &slow.verdicts {
         assert_eq!(
             v.status,
@@ -83,7 +91,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
             "{c:?}"
         );
     }
-    let xml = regress::junit::junit_xml("detect", &slow.verdicts).unwrap();
+    let xml = fleetbench_verdicts::regress::junit::junit_xml("detect", &slow.verdicts).unwrap();
     assert!(xml.contains("failures=\"2\""), "{xml}");
     assert!(xml.contains("type=\"regression\""), "{xml}");
 
@@ -116,7 +124,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     assert!(
         after.passed,
         "{}",
-        regress::verdict::render(&after.verdicts)
+        fleetbench_verdicts::regress::verdict::render(&after.verdicts)
     );
     fleet.stop().await;
 }
@@ -177,7 +185,7 @@ async fn a_tag_missing_from_the_history_is_found_among_the_controllers_jobs() {
     assert!(
         second.passed,
         "{}",
-        regress::verdict::render(&second.verdicts)
+        fleetbench_verdicts::regress::verdict::render(&second.verdicts)
     );
     // The remote run itself is now in the controller's history.
     let runs = fleet.controller.store.suite_runs("detect").await.unwrap();

@@ -170,7 +170,7 @@ async fn run_suite(args: Args) -> anyhow::Result<ExitCode> {
         .filter(|v| v.status == Status::Regressed)
         .count();
     if let Some(path) = &args.junit {
-        let xml = regress::junit::junit_xml(&outcome.suite, &outcome.verdicts)
+        let xml = fleetbench_verdicts::regress::junit::junit_xml(&outcome.suite, &outcome.verdicts)
             .context("rendering JUnit XML")?;
         std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))?;
         if !args.json {
@@ -198,7 +198,10 @@ async fn run_suite(args: Args) -> anyhow::Result<ExitCode> {
             .as_deref()
             .unwrap_or("none (first run: nothing to compare)")
     );
-    print!("{}", regress::verdict::render(&outcome.verdicts));
+    print!(
+        "{}",
+        fleetbench_verdicts::regress::verdict::render(&outcome.verdicts)
+    );
     if outcome.passed {
         println!("PASS: {} checks, no regression", outcome.verdicts.len());
         Ok(ExitCode::SUCCESS)

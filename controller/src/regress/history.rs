@@ -7,11 +7,11 @@
 
 use fleetbench_proto::controllerpb::{self, JobState, SuiteCheck};
 
-use super::verdict::{Status, Verdict};
 use super::{Fleet, FleetError, RegressError};
 use crate::metrics::Metrics;
 use crate::store::{Store, SuiteRun};
 use fleetbench_spec::suite::Baseline;
+use fleetbench_verdicts::regress::{PastRun, Status, Verdict, group};
 
 /// The checks of a run as the API carries them (for the controller's regression metrics).
 pub fn checks(verdicts: &[Verdict]) -> Vec<SuiteCheck> {
@@ -37,6 +37,17 @@ pub fn checks(verdicts: &[Verdict]) -> Vec<SuiteCheck> {
                 .collect(),
         })
         .collect()
+}
+
+/// Exports a suite run's verdicts as the regression dashboard's metrics.
+pub fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Verdict]) {
+    let run = controllerpb::SuiteRun {
+        suite: suite_name.to_string(),
+        job_id: job_id.to_string(),
+        checks: checks(verdicts),
+        ..Default::default()
+    };
+    export_checks(metrics, &run);
 }
 
 /// Exports a run's checks: the verdict per check, and both sides' means where both exist.
@@ -138,14 +149,6 @@ pub(crate) async fn find_baseline<F: Fleet>(
 /// The most stored runs the trend analysis reads (the newest).
 pub const HISTORY_RUNS: usize = 100;
 
-/// A stored run of the suite with its results, for the trend analysis.
-#[derive(Debug, Clone)]
-pub struct PastRun {
-    pub job_id: String,
-    pub created_unix_ms: i64,
-    pub levels: super::verdict::Grouped,
-}
-
 /// The suite's stored runs with their results, oldest first (at most [`HISTORY_RUNS`], the
 /// newest). A run whose job's results are gone is left out; a controller without a history
 /// gives none.
@@ -165,7 +168,7 @@ pub(crate) async fn past_runs<F: Fleet>(
             Ok(res) => out.push(PastRun {
                 job_id: r.job_id,
                 created_unix_ms: r.created_unix_ms,
-                levels: super::verdict::group(&res.levels),
+                levels: group(&res.levels),
             }),
             Err(e) => {
                 tracing::warn!(suite, job = %r.job_id, error = %e, "a stored suite run's results cannot be read; left out of the trend");

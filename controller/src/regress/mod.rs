@@ -2,21 +2,15 @@
 //! compare every gated metric at every level with the baseline's repeats, keep the history
 //! and export the verdicts.
 //!
-//! - [`verdict`]: per config, workload, level and metric (t-based interval, Holm over the
-//!   suite, error-rate rise, drift); rendering and metrics export. The statistics live in
-//!   `fleetbench-stats`.
-//! - [`trend`]: each check over the stored history: between-run variance and change points.
-//! - [`junit`]: JUnit XML for CI.
+//! - The verdicts (per check, the history's trend, JUnit XML) are `fleetbench-verdicts`'
+//!   `regress`: the same code for a controller's scheduled suites and the CLI.
 //! - [`fleet`]: the controller interface suites and tuning searches run their jobs through.
 //! - [`history`]: the suite history (in this process's store, or on the controller) and
 //!   baselines found in it.
 
 pub mod fleet;
 pub mod history;
-pub mod junit;
 pub mod schedule;
-pub mod trend;
-pub mod verdict;
 
 use fleetbench_proto::Word;
 use fleetbench_proto::controllerpb::{Job, JobKind, JobState};
@@ -27,7 +21,8 @@ use crate::store::{Store, StoreError, SuiteRun};
 pub use fleet::{Fleet, FleetError};
 use fleetbench_spec::suite::{SuiteSpec, job_toml, parse_suite};
 use fleetbench_spec::{JobSpec, SpecError};
-pub use verdict::{Status, Verdict};
+use fleetbench_verdicts::regress::verdict;
+pub use fleetbench_verdicts::regress::{Status, Verdict};
 
 /// Errors of a suite run.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +121,7 @@ pub async fn run_suite<F: Fleet>(
     );
     let passed = verdict::passed(&verdicts);
     if let Some(m) = history.metrics {
-        verdict::export(m, &name, &job_id, &verdicts);
+        history::export(m, &name, &job_id, &verdicts);
     }
     let record = SuiteRun {
         job_id: job_id.clone(),

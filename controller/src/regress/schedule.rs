@@ -108,7 +108,7 @@ pub(crate) async fn run(
             Ok(o) => tracing::warn!(
                 suite = %o.suite,
                 job = %o.job.id,
-                verdicts = %super::verdict::render(&o.verdicts),
+                verdicts = %fleetbench_verdicts::regress::verdict::render(&o.verdicts),
                 "scheduled suite REGRESSED"
             ),
             Err(e) => tracing::error!(suite = %name, error = %e, "scheduled suite failed"),

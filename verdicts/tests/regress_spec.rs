@@ -3,11 +3,11 @@
 //! over the suite), the error-rate check, the history's between-run variance, and the drift a
 //! last-passing baseline cannot see.
 
-use fleetbench_controller::regress::history::PastRun;
-use fleetbench_controller::regress::verdict::{self, Status};
 use fleetbench_proto::agentpb::{Distribution, LevelOutcome, LevelResult, LoadLevel};
 use fleetbench_proto::controllerpb::StoredLevel;
 use fleetbench_spec::suite::{Baseline, Direction, Metric, parse_suite};
+use fleetbench_verdicts::regress::PastRun;
+use fleetbench_verdicts::regress::verdict::{self, Status};
 
 const HEAD: &str = r#"name = "s"
 repeats = 3
@@ -153,7 +153,7 @@ fn a_regression_is_worse_than_the_tolerance_and_outside_the_noise() {
 
 #[test]
 fn every_suite_example_parses() {
-    let dir = fleetbench_testkit::repo_root().join("examples");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -374,6 +374,6 @@ fn four_small_slowdowns_under_last_passing_are_caught_as_a_drift() {
     assert_eq!(alone[0].status, Status::Forming, "{}", alone[0].detail);
     // The report and JUnit show the change points.
     assert!(verdict::render(&v).contains("change points over the stored history"));
-    let xml = fleetbench_controller::regress::junit::junit_xml("s", &v).unwrap();
+    let xml = fleetbench_verdicts::regress::junit::junit_xml("s", &v).unwrap();
     assert!(xml.contains("change points: run job-06"), "{xml}");
 }

@@ -19,9 +19,8 @@ use fleetbench_proto::controllerpb::StoredLevel;
 use fleetbench_stats::moderated::Prior;
 use fleetbench_stats::regress::{CheckInput, DRIFT_ALPHA, Outcome, Tested, error_rate_rise, judge};
 
-use super::history::PastRun;
+use super::PastRun;
 use super::trend::{Trend, stats_direction, trend};
-use crate::metrics::Metrics;
 use fleetbench_spec::level_label;
 use fleetbench_spec::suite::{Baseline, Direction, Metric, MetricGate, SuiteSpec};
 
@@ -373,17 +372,6 @@ fn drift_check(v: &mut Verdict) {
 /// Whether every verdict passes.
 pub fn passed(verdicts: &[Verdict]) -> bool {
     verdicts.iter().all(|v| v.status != Status::Regressed)
-}
-
-/// Exports the verdicts as the regression dashboard's metrics.
-pub fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Verdict]) {
-    let run = fleetbench_proto::controllerpb::SuiteRun {
-        suite: suite_name.to_string(),
-        job_id: job_id.to_string(),
-        checks: super::history::checks(verdicts),
-        ..Default::default()
-    };
-    super::history::export_checks(metrics, &run);
 }
 
 /// The verdicts as a plain-text table, one line per check.

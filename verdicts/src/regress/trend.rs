@@ -7,7 +7,7 @@ use fleetbench_proto::agentpb::LevelResult;
 use fleetbench_stats::changepoint::{self, Drift, Options};
 use fleetbench_stats::regress::Direction as StatsDirection;
 
-use super::history::PastRun;
+use super::PastRun;
 use fleetbench_spec::suite::Direction;
 
 /// A change point of a check's history.
@@ -37,7 +37,7 @@ pub struct Trend {
     pub drift: Option<Drift>,
 }
 
-pub(crate) fn stats_direction(d: Direction) -> StatsDirection {
+pub(super) fn stats_direction(d: Direction) -> StatsDirection {
     match d {
         Direction::HigherIsBetter => StatsDirection::HigherIsBetter,
         Direction::LowerIsBetter => StatsDirection::LowerIsBetter,
@@ -46,7 +46,7 @@ pub(crate) fn stats_direction(d: Direction) -> StatsDirection {
 
 /// The trend of one check: `values` reads a run's values of it (one per repeat); `current` is
 /// the run being judged (appended last to the series).
-pub(crate) fn trend(
+pub(super) fn trend(
     past: &[PastRun],
     key: &(String, String, String),
     values: impl Fn(&[LevelResult]) -> Vec<f64>,
