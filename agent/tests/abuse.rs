@@ -1,6 +1,7 @@
 //! An attacker with one valid credential (the controller's certificate) against a real agent
-//! on loopback: every way issue 13 found to turn the agent into a shell is refused, with a
-//! message that names what was refused, and nothing is started.
+//! on loopback: every way issue 13 found to turn the agent into a shell, and issue 22's
+//! in-range requests whose product would exhaust it, are refused with a message that names what
+//! was refused, and nothing is started.
 
 mod common;
 
