@@ -251,18 +251,22 @@ impl Leases {
             (None, d) => d.to_string(),
         };
         let _op = self.ops.lock().await;
+        // Another owner's live lease, unless taken explicitly (the same owner and job may
+        // acquire again).
         let busy = |s: &State| match s.live() {
-            Some(h)
-                if !req.take
-                    && !(h.identity == identity
-                        && h.lease.owner == owner
-                        && h.lease.job_id == req.job_id) =>
-            {
-                Err(LeaseError::Busy {
-                    holder: h.describe(),
-                })
+            Some(h) => {
+                let same = h.identity == identity
+                    && h.lease.owner == owner
+                    && h.lease.job_id == req.job_id;
+                if req.take || same {
+                    Ok(())
+                } else {
+                    Err(LeaseError::Busy {
+                        holder: h.describe(),
+                    })
+                }
             }
-            _ => Ok(()),
+            None => Ok(()),
         };
         let epoch = {
             let s = self.lock();

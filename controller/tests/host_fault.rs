@@ -70,13 +70,7 @@ async fn a_read_only_host_refuses_the_lease_and_its_trial_runs_elsewhere() {
     let ctl = spawn_controller(&cfg, &dir.path().join("controller.log"));
     let mut client = client(ctl.addr).await;
     // 2 configs x 2 repeats in two blocks (one per repeat): each host gets a block at once.
-    let job_id = submit_trials(
-        &mut client,
-        sim_spec("ro", 2, &["ro", "ok"]),
-        "ro.toml",
-        4,
-    )
-    .await;
+    let job_id = submit_trials(&mut client, sim_spec("ro", 2, &["ro", "ok"]), "ro.toml", 4).await;
     let mut events = watch(&mut client, &job_id).await;
     let epoch_file = dir.path().join("ro/lease.epoch").display().to_string();
     // Every message of the job, until its event stream ends with the job.

@@ -139,6 +139,16 @@ fn budget(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec, i: usize, d: &Dataset) 
         Bound::Requests(n) => Some(u64::from(n)),
         Bound::Duration(_) => None,
     };
+    // A field outside its own range is already reported; a product of it would only repeat it.
+    let in_range = |v: u64, (lo, hi): (u32, u32)| (u64::from(lo)..=u64::from(hi)).contains(&v);
+    let longest = u64::from(lim::TOKENS.1) * if key == "suffix_len" { 2 } else { 1 };
+    if !in_range(u64::from(spec.load.warmup), lim::WARMUP)
+        || requests.is_some_and(|n| !in_range(n, lim::REQUESTS))
+        || input > longest
+        || !in_range(output, lim::TOKENS)
+    {
+        return;
+    }
     let r = check_level(&LevelDemand {
         requests,
         warmup: u64::from(spec.load.warmup),
