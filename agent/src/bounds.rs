@@ -194,7 +194,51 @@ pub fn check_benchmark(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRe
         Some(Dataset::Trace(t)) => name_len("workload.trace.path", &t.path)?,
         None => {}
     }
-    Ok(())
+    level_budget(req, w)
+}
+
+/// The level's memory and time budget (`fleetbench_proto::budget`), checked before a prompt
+/// is built: every field can be in range while their product exhausts the agent.
+fn level_budget(
+    req: &agentpb::RunBenchmarkRequest,
+    w: &agentpb::Workload,
+) -> Result<(), BenchRequestError> {
+    use agentpb::run_benchmark_request::Bound;
+    use agentpb::workload::Dataset;
+    use fleetbench_proto::budget::{LevelDemand, check_level};
+    let (field, input, output, in_name, out_name) = match &w.dataset {
+        Some(Dataset::Random(r)) => (
+            "workload.random.input_len",
+            u64::from(r.input_len),
+            u64::from(r.output_len),
+            "workload.random.input_len",
+            "workload.random.output_len",
+        ),
+        Some(Dataset::SharedPrefix(s)) => (
+            "workload.shared_prefix.suffix_len",
+            u64::from(s.prefix_len) + u64::from(s.suffix_len),
+            u64::from(s.output_len),
+            "workload.shared_prefix.prefix_len + suffix_len",
+            "workload.shared_prefix.output_len",
+        ),
+        // Prompts read from a file are bounded by the file.
+        _ => return Ok(()),
+    };
+    let requests = match req.bound {
+        Some(Bound::NumRequests(n)) => Some(u64::from(n)),
+        _ => None,
+    };
+    check_level(&LevelDemand {
+        requests,
+        warmup: u64::from(req.warmup_requests),
+        input_tokens: input,
+        output_tokens: output,
+        names: ["num_requests", "warmup_requests", in_name, out_name],
+    })
+    .map_err(|e| BenchRequestError {
+        field: field.into(),
+        message: e.to_string(),
+    })
 }
 
 /// Checks an `ApplyEngine` spec's sizes (values are the profile's business).
@@ -242,6 +286,41 @@ mod tests {
         assert_eq!(check_benchmark(&req).unwrap_err().field, "num_requests");
         req.bound = Some(agentpb::run_benchmark_request::Bound::NumRequests(100));
         assert!(check_benchmark(&req).is_ok());
+    }
+
+    #[test]
+    fn the_in_range_memory_bomb_is_refused_before_a_prompt_is_built() {
+        let bomb = |input_len: u32| agentpb::RunBenchmarkRequest {
+            workload: Some(agentpb::Workload {
+                name: "w".into(),
+                dataset: Some(agentpb::workload::Dataset::Random(agentpb::RandomDataset {
+                    input_len,
+                    output_len: 128,
+                    range_ratio: 0.0,
+                })),
+                ..Default::default()
+            }),
+            levels: vec![agentpb::LoadLevel {
+                concurrency: Some(64),
+                ..Default::default()
+            }],
+            warmup_requests: 100_000,
+            bound: Some(agentpb::run_benchmark_request::Bound::NumRequests(
+                1_000_000,
+            )),
+            ..Default::default()
+        };
+        let e = check_benchmark(&bomb(1_048_576)).unwrap_err();
+        assert_eq!(e.field, "workload.random.input_len");
+        for part in [
+            "memory budget of 4.0 GiB",
+            "num_requests 1000000 + warmup_requests 100000",
+            "workload.random.input_len 1048576",
+        ] {
+            assert!(e.message.contains(part), "{part:?} not in {e}");
+        }
+        // The same level with short prompts fits.
+        assert!(check_benchmark(&bomb(16)).is_ok());
     }
 
     mod props {

@@ -8,13 +8,18 @@
 //! owner stops renewing, the agent ends the lease itself and stops the engine.
 //!
 //! The epoch is kept in `<data_dir>/lease.epoch`, so a restarted agent never hands out an epoch
-//! a previous one did (a stale holder's calls stay fenced across agent restarts).
+//! a previous one did (a stale holder's calls stay fenced across agent restarts). The file fails
+//! closed: one that cannot be read or does not hold a number stops the agent at start (starting
+//! again at 1 would hand out epochs a stale holder still has), and an epoch is granted only once
+//! it is durably saved (temporary file, fsync, rename, fsync of the directory); when that fails
+//! the acquire is refused as the host's fault, naming the file.
 //!
 //! Lease changes that touch the engine (an expiry's stop, a release's stop, an acquire that must
 //! wait for that stop) run one at a time under an async lock, so a new holder never sees its
 //! engine stopped by the end of the previous lease.
 
 use fleetbench_proto::Word;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +36,21 @@ use crate::supervisor::Supervisor;
 pub const MIN_TTL: Duration = Duration::from_millis(1000);
 pub const MAX_TTL: Duration = Duration::from_secs(600);
 const EPOCH_FILE: &str = "lease.epoch";
+/// Where a new epoch is written before it is renamed over [`EPOCH_FILE`].
+const EPOCH_TMP: &str = "lease.epoch.tmp";
+
+/// The epoch file exists but cannot be trusted: the agent does not start.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "lease epoch file {path}: {problem}; the agent will not start, since counting again from 1 \
+     would hand out epochs a stale lease holder may still use. Repair it: write one number \
+     at least as large as the last epoch this agent handed out (its log says \"lease \
+     acquired\" with each epoch), or make the file readable"
+)]
+pub struct EpochFileError {
+    pub path: PathBuf,
+    pub problem: String,
+}
 
 /// Why a lease operation or a leased call was refused.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -54,6 +74,18 @@ pub enum LeaseError {
     #[error("{field}: {message}")]
     Field {
         field: &'static str,
+        message: String,
+    },
+    /// The new epoch could not be saved (a read-only or full data directory): the host's
+    /// fault, and no lease is granted, since an unsaved epoch could be handed out again after
+    /// a restart.
+    #[error(
+        "host fault: cannot save lease epoch {epoch} to {path}: {message}; no lease is granted \
+         until the agent's data directory is writable and has space"
+    )]
+    Storage {
+        epoch: u64,
+        path: String,
         message: String,
     },
 }
@@ -141,15 +173,20 @@ fn ttl_of(ttl_ms: u32) -> Result<Duration, LeaseError> {
 }
 
 impl Leases {
-    /// Leases whose epochs continue from those noted in `data_dir` (none: start at 1, kept
-    /// in memory only).
-    pub fn new(data_dir: Option<&Path>) -> Leases {
-        let path = data_dir.map(|d| d.join(EPOCH_FILE));
-        let last_epoch = path
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .and_then(|t| t.trim().parse::<u64>().ok())
-            .unwrap_or(0);
+    /// Leases kept in memory only, starting at epoch 1 (no data directory).
+    pub fn in_memory() -> Leases {
+        Leases::with(None, 0)
+    }
+
+    /// Leases whose epochs continue from the one saved in `data_dir`; a missing file starts at
+    /// 1, an unreadable or corrupt one is an error naming it.
+    pub fn open(data_dir: &Path) -> Result<Leases, EpochFileError> {
+        let path = data_dir.join(EPOCH_FILE);
+        let last = read_epoch(&path)?;
+        Ok(Leases::with(Some(path), last))
+    }
+
+    fn with(path: Option<PathBuf>, last_epoch: u64) -> Leases {
         let (epoch_tx, _) = watch::channel(0);
         Leases {
             state: Arc::new(Mutex::new(State {
@@ -214,17 +251,48 @@ impl Leases {
             (None, d) => d.to_string(),
         };
         let _op = self.ops.lock().await;
-        let lease = {
-            let mut s = self.lock();
-            if let Some(h) = s.live() {
+        // Another owner's live lease, unless taken explicitly (the same owner and job may
+        // acquire again).
+        let busy = |s: &State| match s.live() {
+            Some(h) => {
                 let same = h.identity == identity
                     && h.lease.owner == owner
                     && h.lease.job_id == req.job_id;
-                if !req.take && !same {
-                    return Err(LeaseError::Busy {
+                if req.take || same {
+                    Ok(())
+                } else {
+                    Err(LeaseError::Busy {
                         holder: h.describe(),
-                    });
+                    })
                 }
+            }
+            None => Ok(()),
+        };
+        let epoch = {
+            let s = self.lock();
+            busy(&s)?;
+            s.last_epoch + 1
+        };
+        // Saved before it is granted; under `ops`, so no other acquire can take the same one.
+        if let Some(path) = &self.path {
+            let p = path.clone();
+            let saved = tokio::task::spawn_blocking(move || save_epoch(&p, epoch))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+            if let Err(e) = saved {
+                tracing::error!(file = %path.display(), error = %e, epoch, "could not save the lease epoch: lease refused");
+                return Err(LeaseError::Storage {
+                    epoch,
+                    path: path.display().to_string(),
+                    message: e.to_string(),
+                });
+            }
+        }
+        let lease = {
+            let mut s = self.lock();
+            // Only renewals ran meanwhile (they change no holder); an expiry only frees it.
+            busy(&s)?;
+            if let Some(h) = s.live() {
                 let why = if req.take {
                     format!(
                         "taken by {owner}{}",
@@ -245,13 +313,7 @@ impl Leases {
                     rfc3339(now_unix_ms())
                 );
             }
-            s.last_epoch += 1;
-            let epoch = s.last_epoch;
-            if let Some(p) = &self.path
-                && let Err(e) = std::fs::write(p, format!("{epoch}\n"))
-            {
-                tracing::warn!(file = %p.display(), error = %e, "could not note the lease epoch; a restarted agent could hand it out again");
-            }
+            s.last_epoch = epoch;
             let now = now_unix_ms();
             let lease = agentpb::Lease {
                 epoch,
@@ -394,6 +456,44 @@ impl Leases {
     }
 }
 
+/// The last epoch saved at `path`: 0 when there is no file.
+fn read_epoch(path: &Path) -> Result<u64, EpochFileError> {
+    let bad = |problem: String| EpochFileError {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(bad(format!("cannot be read: {e}"))),
+    };
+    let text = String::from_utf8_lossy(&text);
+    let t = text.trim();
+    match t.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => {
+            let shown: String = t.chars().take(40).collect();
+            Err(bad(format!(
+                "holds {shown:?} ({} bytes), not a positive epoch number",
+                text.len()
+            )))
+        }
+    }
+}
+
+/// Writes `epoch` to `path` durably: a temporary file beside it, fsync, rename over it, fsync
+/// of the directory (so neither the contents nor the rename are lost in a power cut).
+fn save_epoch(path: &Path, epoch: u64) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(EPOCH_TMP);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{epoch}\n").as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
 fn rfc3339(unix_ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(unix_ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
@@ -418,7 +518,7 @@ mod tests {
     #[tokio::test]
     async fn epochs_grow_fence_and_survive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let l = Leases::new(Some(dir.path()));
+        let l = Leases::open(dir.path()).unwrap();
         l.check(0, None).expect("no lease: unleased calls pass");
         let a = l.acquire(&req("ctl", "j1", false), None).await.unwrap();
         assert_eq!(a.epoch, 1);
@@ -441,7 +541,7 @@ mod tests {
         assert!(l.renew(a.epoch, 0, None).is_err());
         assert!(l.view().1.contains("taken by op"), "{}", l.view().1);
         // A restarted agent continues after the noted epoch.
-        let l2 = Leases::new(Some(dir.path()));
+        let l2 = Leases::open(dir.path()).unwrap();
         assert_eq!(
             l2.acquire(&req("ctl", "j1", false), None)
                 .await
@@ -453,7 +553,7 @@ mod tests {
 
     #[tokio::test]
     async fn mtls_identity_must_match_and_the_ttl_is_bounded() {
-        let l = Leases::new(None);
+        let l = Leases::in_memory();
         let a = l
             .acquire(&req("", "j", false), Some("ctl-a".into()))
             .await
@@ -465,5 +565,56 @@ mod tests {
         r.ttl_ms = 10;
         let e = l.acquire(&r, None).await.unwrap_err().to_string();
         assert!(e.starts_with("ttl_ms:"), "{e}");
+    }
+
+    #[test]
+    fn a_corrupt_or_unreadable_epoch_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(EPOCH_FILE);
+        for bad in ["", "\n", "nine\n", "0\n", "-3\n", "18446744073709551616\n"] {
+            std::fs::write(&file, bad).unwrap();
+            let e = Leases::open(dir.path()).unwrap_err();
+            assert_eq!(e.path, file);
+            let text = e.to_string();
+            assert!(
+                text.contains(&file.display().to_string()) && text.contains("not a positive"),
+                "{bad:?}: {text}"
+            );
+        }
+        // A directory in its place cannot be read as a file.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        let e = Leases::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("cannot be read"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_epoch_that_cannot_be_saved_is_not_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(EPOCH_FILE), "7\n").unwrap();
+        let l = Leases::open(dir.path()).unwrap();
+        // The temporary file's name taken by a directory: the save fails even for root.
+        std::fs::create_dir(dir.path().join(EPOCH_TMP)).unwrap();
+        let e = l.acquire(&req("ctl", "j1", false), None).await.unwrap_err();
+        assert!(
+            matches!(&e, LeaseError::Storage { epoch: 8, path, .. }
+                if path.ends_with(EPOCH_FILE)),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("host fault:"), "{e}");
+        assert!(l.view().0.is_none(), "a lease was held after the refusal");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(EPOCH_FILE)).unwrap(),
+            "7\n"
+        );
+        // Once the directory is usable again the next epoch is the one never granted.
+        std::fs::remove_dir(dir.path().join(EPOCH_TMP)).unwrap();
+        let a = l.acquire(&req("ctl", "j1", false), None).await.unwrap();
+        assert_eq!(a.epoch, 8);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(EPOCH_FILE)).unwrap(),
+            "8\n"
+        );
+        assert!(!dir.path().join(EPOCH_TMP).exists());
     }
 }

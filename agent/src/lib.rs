@@ -62,6 +62,9 @@ pub enum AgentError {
         path: String,
         source: std::io::Error,
     },
+    /// The lease epoch file cannot be trusted (see [`lease`]).
+    #[error(transparent)]
+    EpochFile(#[from] lease::EpochFileError),
     /// The listen address could not be bound.
     #[error("listen {addr}: {source}")]
     Bind {
@@ -133,6 +136,8 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
             source,
         }
     })?;
+    // Before anything else runs: a corrupt epoch file must not let the agent hand out epochs.
+    let leases = lease::Leases::open(&config.data_dir)?;
     supervisor::group::become_subreaper();
     // Before the port is bound: a controller must not start an engine beside a dead agent's.
     if let Some(r) = supervisor::leftover::reclaim(&config.data_dir).await {
@@ -164,7 +169,6 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
     })?;
 
     let http = http::HttpClient::new();
-    let leases = lease::Leases::new(Some(&config.data_dir));
     let sup = supervisor::Supervisor::start(
         supervisor::SupervisorConfig {
             data_dir: config.data_dir.clone(),

@@ -70,6 +70,8 @@ impl From<RpcError> for Status {
                 Status::aborted(msg)
             }
             RpcError::Lease(LeaseError::Field { .. }) => Status::invalid_argument(msg),
+            // The host cannot save the epoch: its fault; a controller tries another host.
+            RpcError::Lease(LeaseError::Storage { .. }) => Status::unavailable(msg),
         }
     }
 }

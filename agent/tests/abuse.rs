@@ -1,6 +1,7 @@
 //! An attacker with one valid credential (the controller's certificate) against a real agent
-//! on loopback: every way issue 13 found to turn the agent into a shell is refused, with a
-//! message that names what was refused, and nothing is started.
+//! on loopback: every way issue 13 found to turn the agent into a shell, and issue 22's
+//! in-range requests whose product would exhaust it, are refused with a message that names what
+//! was refused, and nothing is started.
 
 mod common;
 
@@ -323,6 +324,15 @@ async fn reqwest_like_get(port: u16) -> String {
     out
 }
 
+/// The in-range memory bomb of issue 22: 1.1 million prompts of 1 Mi tokens.
+fn bomb(r: &mut agentpb::RunBenchmarkRequest) {
+    r.workload = Some(random_workload(1_048_576, 128));
+    r.bound = Some(agentpb::run_benchmark_request::Bound::NumRequests(
+        1_000_000,
+    ));
+    r.warmup_requests = 100_000;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_and_tiny_numbers_in_every_bounded_field_are_refused() {
     use agentpb::run_benchmark_request::Bound;
@@ -480,6 +490,15 @@ async fn huge_and_tiny_numbers_in_every_bounded_field_are_refused() {
             "workload.shared_prefix.suffix_len",
             shared(|d| d.suffix_len = 0),
         ),
+        // Issue 22: every field in range, the product over the level's budget (memory, time).
+        ("workload.random.input_len", Box::new(bomb)),
+        (
+            "workload.random.input_len",
+            Box::new(|r| {
+                r.workload = Some(random_workload(1, 1_048_576));
+                r.bound = Some(Bound::NumRequests(1_000_000));
+            }),
+        ),
     ];
     for (field, mutate) in &cases {
         let mut req = base();
@@ -501,6 +520,19 @@ async fn huge_and_tiny_numbers_in_every_bounded_field_are_refused() {
             s.message()
         );
     }
+    let mut req = base();
+    bomb(&mut req);
+    let Err(s) = c.run_benchmark(req).await else {
+        panic!("the memory bomb was accepted");
+    };
+    says(
+        &s,
+        &[
+            "16.8 TiB",
+            "memory budget of 4.0 GiB",
+            "warmup_requests 100000",
+        ],
+    );
     // ApplyEngine: too many flags, an endless model name.
     let many: Vec<(&str, Option<&str>)> = vec![("--max-num-seqs", Some("8")); 300];
     let s = refused(&mut c, "vl", "Qwen/Qwen3-8B", &many, &[]).await;

@@ -257,3 +257,42 @@ fn the_quickstart_as_shipped_calls_b_at_high_load_and_its_aa_twin_calls_nothing(
         "an A/A job called a level: {v:?}"
     );
 }
+
+/// Issue 22: every field of this spec is in range, but together they made the agent build
+/// 1.1 million prompts of 1 Mi tokens up front and abort. The dry run refuses it naming the
+/// budget and the fields, and a real run refuses it before any engine starts or job is stored.
+#[test]
+fn the_in_range_memory_bomb_is_refused_by_the_dry_run_and_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bomb = SPEC
+        .replace("input_len = 8", "input_len = 1048576")
+        .replace("requests = 8", "requests = 1000000\nwarmup = 100000");
+    std::fs::write(dir.path().join("bomb.toml"), bomb).unwrap();
+    for args in [
+        &["run", "--dry-run", "bomb.toml"][..],
+        &["run", "bomb.toml"][..],
+    ] {
+        let out = fleetbench(dir.path(), args);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {all}");
+        for part in [
+            "bomb.toml:",
+            "workloads[0].input_len: the level's prompts need about 16.8 TiB of agent memory",
+            "load.requests 1000000 + load.warmup 100000",
+            "memory budget of 4.0 GiB per level",
+            "lower load.requests, load.warmup or workloads[0].input_len",
+        ] {
+            assert!(all.contains(part), "{args:?}: {part:?} not in:\n{all}");
+        }
+        eprintln!("{args:?}: {}", all.trim());
+    }
+    // Nothing ran and nothing was stored: no results, and no job in the embedded store.
+    assert!(!dir.path().join("fleetbench-results").exists());
+    let jobs = fleetbench(dir.path(), &["jobs"]);
+    let text = String::from_utf8_lossy(&jobs.stdout);
+    assert!(!text.contains("tiny"), "a job was stored: {text}");
+}

@@ -1,7 +1,8 @@
 //! Issue 13, the controller side: one valid credential of the wrong role gets nothing. A real
 //! controller on loopback serves its API over mTLS with certificates from the same code
 //! `fleetbench certs` runs; each refusal is asserted with its message, and that nothing was
-//! stored.
+//! stored. Issue 22: a valid operator's spec whose fields are each in range but whose level
+//! would exhaust an agent is refused by validation, naming the budget.
 
 use std::time::Duration;
 
@@ -431,4 +432,87 @@ async fn plain_get(addr: std::net::SocketAddr) -> String {
     let mut buf = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
     String::from_utf8_lossy(&buf).to_string()
+}
+
+/// Issue 22: specs whose every field is in range but whose product would exhaust an agent (the
+/// memory of the prompt pool, or days of engine work) are refused by validation with the budget
+/// and the fields named, whether submitted or dry-run; no job is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_range_specs_over_the_level_budget_are_refused_and_nothing_is_stored() {
+    let f = fleet().await;
+    let mut op = client(&f, &f.certs.operator.cert, &f.certs.operator.key).await;
+    let spec = |workload: &str, load: &str| {
+        format!(
+            "name = \"bomb\"\n[[configs]]\nname = \"a\"\nengine = \"sim\"\nmodel = \"m\"\n\n\
+             [[workloads]]\nname = \"w\"\n{workload}\n\n[load]\nconcurrency = [64]\n{load}\n"
+        )
+    };
+    let cases = [
+        (
+            spec(
+                "dataset = \"random\"\ninput_len = 1048576\noutput_len = 128",
+                "requests = 1000000\nwarmup = 100000",
+            ),
+            "workloads[0].input_len",
+            vec![
+                "16.8 TiB of agent memory",
+                "load.requests 1000000 + load.warmup 100000",
+                "memory budget of 4.0 GiB",
+            ],
+        ),
+        (
+            spec(
+                "dataset = \"shared-prefix\"\ngroups = 1000\nprompts_per_group = 100\n\
+                 prefix_len = 524288\nsuffix_len = 524288\noutput_len = 16",
+                "requests = 100000",
+            ),
+            "workloads[0].suffix_len",
+            vec![
+                "workloads[0].prefix_len + suffix_len 1048576",
+                "memory budget of 4.0 GiB",
+            ],
+        ),
+        (
+            spec(
+                "dataset = \"random\"\ninput_len = 1\noutput_len = 1048576",
+                "requests = 1000000",
+            ),
+            "workloads[0].input_len",
+            vec![
+                "time budget of 604800000000 tokens",
+                "workloads[0].output_len 1048576",
+            ],
+        ),
+    ];
+    for (toml, field, words) in cases {
+        for dry_run in [true, false] {
+            let resp = op
+                .submit_job(pb::SubmitJobRequest {
+                    spec_toml: toml.clone(),
+                    file_name: "bomb.toml".into(),
+                    dry_run,
+                    tag: String::new(),
+                    kind: pb::JobKind::Sweep as i32,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(resp.job_id.is_empty(), "a job was created: {resp:?}");
+            let e = resp
+                .errors
+                .iter()
+                .find(|e| e.field == field)
+                .unwrap_or_else(|| panic!("no error on {field}: {:?}", resp.errors));
+            for w in &words {
+                assert!(e.message.contains(w), "{w:?} not in {:?}", e.message);
+            }
+        }
+    }
+    let jobs = op
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(jobs.jobs.is_empty(), "{jobs:?}");
+    f.ctl.shutdown().await;
 }

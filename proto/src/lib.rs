@@ -19,6 +19,7 @@ pub mod controller {
     }
 }
 
+pub mod budget;
 pub mod limits;
 pub mod spans;
 pub mod words;

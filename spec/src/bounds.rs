@@ -100,7 +100,66 @@ pub(super) fn check(ctx: &mut Ctx, root: &Table<'_, '_>, spec: &JobSpec) {
     load(&mut c, spec);
     for (i, w) in spec.workloads.iter().enumerate() {
         dataset(&mut c, i, &w.dataset);
+        budget(&mut c, spec, i, &w.dataset);
     }
+}
+
+/// Each level of workload `i` against the agent's memory and time budget
+/// (`fleetbench_proto::budget`): the same check the agent makes before it builds a prompt, so
+/// a spec over it is refused here (and by `--dry-run`) instead of exhausting agents.
+fn budget(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec, i: usize, d: &Dataset) {
+    use fleetbench_proto::budget::{LevelDemand, check_level};
+    let (key, input, output, in_name) = match d {
+        Dataset::Random {
+            input_len,
+            output_len,
+            ..
+        } => (
+            "input_len",
+            u64::from(*input_len),
+            u64::from(*output_len),
+            format!("workloads[{i}].input_len"),
+        ),
+        Dataset::SharedPrefix {
+            prefix_len,
+            suffix_len,
+            output_len,
+            ..
+        } => (
+            "suffix_len",
+            u64::from(*prefix_len) + u64::from(*suffix_len),
+            u64::from(*output_len),
+            format!("workloads[{i}].prefix_len + suffix_len"),
+        ),
+        // Prompts read from a file are bounded by the file.
+        _ => return,
+    };
+    let out_name = format!("workloads[{i}].output_len");
+    let requests = match spec.load.bound {
+        Bound::Requests(n) => Some(u64::from(n)),
+        Bound::Duration(_) => None,
+    };
+    // A field outside its own range is already reported; a product of it would only repeat it.
+    let in_range = |v: u64, (lo, hi): (u32, u32)| (u64::from(lo)..=u64::from(hi)).contains(&v);
+    let longest = u64::from(lim::TOKENS.1) * if key == "suffix_len" { 2 } else { 1 };
+    if !in_range(u64::from(spec.load.warmup), lim::WARMUP)
+        || requests.is_some_and(|n| !in_range(n, lim::REQUESTS))
+        || input > longest
+        || !in_range(output, lim::TOKENS)
+    {
+        return;
+    }
+    let r = check_level(&LevelDemand {
+        requests,
+        warmup: u64::from(spec.load.warmup),
+        input_tokens: input,
+        output_tokens: output,
+        names: ["load.requests", "load.warmup", &in_name, &out_name],
+    });
+    c.report(
+        &[K("workloads"), I(i), K(key)],
+        r.map_err(|e| e.to_string()),
+    );
 }
 
 fn load(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec) {

@@ -117,6 +117,24 @@ impl Launch {
         self
     }
 
+    /// Runs the binary through `wrapper` (a program and its first arguments, e.g. `unshare
+    /// --mount sh -c SCRIPT sh`), which gets the binary's path and arguments after its own and
+    /// must exec them (so the process stopped is the binary). Call it after `args` and `env`.
+    pub fn through<S: AsRef<std::ffi::OsStr>>(mut self, wrapper: &[S]) -> Launch {
+        let mut c = Command::new(wrapper[0].as_ref());
+        c.args(&wrapper[1..])
+            .arg(self.command.get_program())
+            .args(self.command.get_args());
+        for (k, v) in self.command.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        self.command = c;
+        self
+    }
+
     /// Starts it and waits for its `listening on` line. Panics with its log when it exits or
     /// stays silent: a server that cannot start is a broken test setup.
     pub fn spawn(mut self) -> Listening {

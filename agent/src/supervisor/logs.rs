@@ -72,14 +72,17 @@ pub struct RunLog {
 }
 
 impl RunLog {
-    pub fn create(path: &Path) -> std::io::Result<RunLog> {
+    /// Creates the file and writes `header` (a stdout line) to it: an error when either fails,
+    /// so a read-only or full data directory is found before the engine starts.
+    pub fn create(path: &Path, header: &str) -> std::io::Result<RunLog> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)?;
+        writeln!(file, "O {header}")?;
         Ok(RunLog { file: Some(file) })
     }
 

@@ -27,6 +27,24 @@ pub struct Started {
     pub log_path: PathBuf,
 }
 
+/// Why the engine could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The run's log file could not be created: the data directory is read-only or full (the
+    /// host's fault, not the config's).
+    #[error("cannot create the engine's log {path}: {source}")]
+    RunLog {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The program could not be executed.
+    #[error("could not start {program}: {source}")]
+    Exec {
+        program: String,
+        source: std::io::Error,
+    },
+}
+
 /// Spawns `plan.argv` directly (no shell) in a new process group, with stdout and stderr
 /// captured into `logs`, the run's log file and the kind's log parser.
 pub fn spawn(
@@ -34,10 +52,15 @@ pub fn spawn(
     run_id: &str,
     data_dir: &Path,
     logs: &LogHub,
-) -> std::io::Result<Started> {
+) -> Result<Started, SpawnError> {
     let log_path = data_dir.join("runs").join(format!("{run_id}.log"));
-    let mut run_log = RunLog::create(&log_path)?;
-    run_log.write(LogStream::Stdout, &format!("# argv: {:?}", plan.argv));
+    let run_log =
+        RunLog::create(&log_path, &format!("# argv: {:?}", plan.argv)).map_err(|source| {
+            SpawnError::RunLog {
+                path: log_path.clone(),
+                source,
+            }
+        })?;
 
     let mut cmd = tokio::process::Command::new(&plan.argv[0]);
     if let Some(c) = &plan.run_as {
@@ -87,7 +110,10 @@ pub fn spawn(
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
+    let mut child = cmd.spawn().map_err(|source| SpawnError::Exec {
+        program: plan.argv[0].clone(),
+        source,
+    })?;
     let pid = child.id().unwrap_or(0);
     let (line_tx, line_rx) = mpsc::channel::<(LogStream, String)>(4096);
     if let Some(out) = child.stdout.take() {

@@ -62,6 +62,53 @@ impl Agent {
         self.addr = self.process.addr;
     }
 
+    /// As [`relaunch`](Self::relaunch), through `wrapper` (see `Launch::through`).
+    pub fn relaunch_through(&mut self, wrapper: &[&str]) {
+        self.process = Launch::new(
+            "fleetbench-agent",
+            self.dir.path().join("agent-relaunched.log"),
+        )
+        .args([Path::new("--config"), &self.dir.path().join("agent.toml")])
+        .env("RUST_LOG", "info")
+        .through(wrapper)
+        .spawn();
+        self.addr = self.process.addr;
+    }
+
+    /// Runs the agent binary on this agent's config to its end (it is expected not to start):
+    /// its exit status, its stderr and whether it printed its `listening on` line.
+    pub fn run_to_exit(&self, within: Duration) -> (std::process::ExitStatus, String, bool) {
+        let mut child =
+            std::process::Command::new(fleetbench_testkit::workspace_bin("fleetbench-agent"))
+                .arg("--config")
+                .arg(self.dir.path().join("agent.toml"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn fleetbench-agent");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(_status) = child.try_wait().expect("wait") {
+                let out = child.wait_with_output().expect("output");
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                return (
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                    stdout.contains("listening on"),
+                );
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!(
+                    "the agent was still running after {within:?}; stderr:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }

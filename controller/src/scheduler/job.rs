@@ -72,6 +72,10 @@ pub(super) async fn run_job(
     ctx.hub.forget(job_id);
 }
 
+/// Hosts a trial may be running on when they are lost before it stops (issue 22: a crashed
+/// agent's trial was retried on the next host and killed that agent too).
+const MAX_HOSTS_DIED: usize = 2;
+
 /// How often a job that failed on the store tries to record that, once the store's own retry
 /// budget is spent.
 const FAILURE_RECORD_RETRY: Duration = Duration::from_secs(2);
@@ -93,6 +97,8 @@ type TrialResult = (TrialRow, String, TrialOutcome);
 struct Queue {
     trials: VecDeque<TrialRow>,
     lost: HashMap<String, BTreeSet<String>>,
+    /// The hosts each trial was running on when they were lost, in order.
+    died: HashMap<String, Vec<String>>,
     /// `order = "blocked"`: the host each (workload, repeat) block runs on, once its first
     /// trial has started.
     pins: HashMap<(u32, u32), String>,
@@ -116,6 +122,18 @@ fn placeable(
     // placement made placing 1,000 trials on 1,000 hosts quadratic.
     let mut snapshots: Option<Vec<HostSnapshot>> = None;
     for (i, t) in queue.trials.iter().enumerate() {
+        // A host this trial was lost on takes it again only when no other host could ever
+        // take it (a host that refuses leases as a host fault still answers heartbeats).
+        let lost = queue.lost.get(&t.id);
+        let only_lost_hosts_match = lost.is_some_and(|lost| {
+            snapshots
+                .get_or_insert_with(|| ctx.inventory.snapshots())
+                .iter()
+                .filter(|h| matches(h))
+                .all(|h| lost.contains(&h.name))
+        });
+        let not_lost =
+            |h: &HostSnapshot| only_lost_hosts_match || lost.is_none_or(|l| !l.contains(&h.name));
         if queue.blocked {
             // A block runs in its recorded order, one trial after another, on its host; a new
             // block starts only on a host that no unfinished block holds.
@@ -134,7 +152,7 @@ fn placeable(
                 matches(h)
                     && match pinned {
                         Some(p) => &h.name == p,
-                        None => !held.contains(&h.name),
+                        None => !held.contains(&h.name) && not_lost(h),
                     }
             };
             if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
@@ -142,17 +160,7 @@ fn placeable(
             }
             continue;
         }
-        let lost = queue.lost.get(&t.id);
-        let only_lost_hosts_match = lost.is_some_and(|lost| {
-            snapshots
-                .get_or_insert_with(|| ctx.inventory.snapshots())
-                .iter()
-                .filter(|h| matches(h))
-                .all(|h| lost.contains(&h.name))
-        });
-        let fits = |h: &HostSnapshot| {
-            matches(h) && (only_lost_hosts_match || lost.is_none_or(|lost| !lost.contains(&h.name)))
-        };
+        let fits = |h: &HostSnapshot| matches(h) && not_lost(h);
         if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
             return Some((i, lease));
         }
@@ -211,6 +219,7 @@ async fn drive(
             .filter(|t| !t.is_finished())
             .collect(),
         lost: HashMap::new(),
+        died: HashMap::new(),
         pins: HashMap::new(),
         blocked: spec.order.is_blocked(),
     };
@@ -395,6 +404,40 @@ async fn settle(
             // The trial marked the host unreachable before its lease let go of it.
             let text = format!("trial {} lost host {host}", t.id);
             let retry = "retrying on another host";
+            return retry_elsewhere(
+                ctx,
+                job_id,
+                queue,
+                t,
+                host,
+                TrialState::HostLost,
+                text,
+                &reason,
+                retry,
+            )
+            .await;
+        }
+        TrialOutcome::DiedRunning(reason) => {
+            // The trial may be what killed the agent (a spec that exhausts it): it runs on one
+            // more host at most, whatever attempts are left, so it cannot take down the fleet.
+            let died = queue.died.entry(t.id.clone()).or_default();
+            died.push(host.to_string());
+            if died.len() >= MAX_HOSTS_DIED {
+                let hosts = died.join(" and ");
+                let text = format!(
+                    "trial {} stopped: hosts {hosts} were lost while running it (attempt {}; \
+                     last: {reason}); it is not retried on another host, since a trial that \
+                     kills agents would take down the fleet",
+                    t.id, t.attempts
+                );
+                ctx.store
+                    .set_trial_state(&t.id, TrialState::HostLost, &text)
+                    .await?;
+                message(ctx, job_id, text.clone()).await?;
+                return Ok(Some(text));
+            }
+            let text = format!("trial {} lost host {host} while running", t.id);
+            let retry = "retrying once on another host";
             return retry_elsewhere(
                 ctx,
                 job_id,

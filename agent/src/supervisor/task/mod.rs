@@ -19,7 +19,7 @@ use tracing::Instrument;
 use super::group::{GroupTracker, stop_sequence};
 use super::logs::LogHub;
 use super::release::{GpuBaseline, wait_gpu_free, wait_port_free};
-use super::spawn::{Started, spawn};
+use super::spawn::{SpawnError, Started, spawn};
 use super::{Command, Snapshot, SupervisorConfig};
 use crate::http::HttpClient;
 use crate::profile::LaunchPlan;
@@ -307,11 +307,22 @@ impl Task {
         let started = match spawn(&plan, &run_id, &self.cfg.data_dir, &self.logs) {
             Ok(s) => s,
             Err(e) => {
-                let crash = agentpb::Crash {
-                    class: agentpb::CrashClass::ExitCode as i32,
-                    message: e.to_string(),
-                    summary: format!("could not start {}: {e}", plan.argv[0]),
-                    ..Default::default()
+                let crash = match &e {
+                    SpawnError::RunLog { .. } => agentpb::Crash {
+                        class: agentpb::CrashClass::HostFault as i32,
+                        message: e.to_string(),
+                        summary: format!(
+                            "host fault: {e} (the agent's data directory is read-only or \
+                             full); the engine was not started"
+                        ),
+                        ..Default::default()
+                    },
+                    SpawnError::Exec { .. } => agentpb::Crash {
+                        class: agentpb::CrashClass::ExitCode as i32,
+                        message: e.to_string(),
+                        summary: e.to_string(),
+                        ..Default::default()
+                    },
                 };
                 self.fail_before_spawn(plan, run_id, crash, &events, &span)
                     .await;

@@ -34,8 +34,13 @@ pub(crate) enum TrialOutcome {
     Done,
     /// The engine could not start (classified); a result, not retried.
     EngineFailed(String),
-    /// The host stopped answering; the trial goes to another host as a new attempt.
+    /// The host could not be used (unreachable before the attempt began, or its data
+    /// directory read-only or full); the trial goes to another host as a new attempt.
     HostLost(String),
+    /// The host was lost while this attempt ran on it (its agent died, or was cut off,
+    /// mid-trial). The trial may be what killed it: it goes to one other host, and a trial
+    /// that two hosts were lost running stops (see `job::settle`).
+    DiedRunning(String),
     /// The agent's lease was fenced off (an operator took it) or held by another: the level in
     /// progress is not stored and the trial runs again, preferably on another host.
     Interrupted(String),
@@ -46,6 +51,9 @@ pub(crate) enum TrialOutcome {
 /// Why a step stopped early.
 enum Stop {
     Lost(String),
+    /// The host could not start the engine through no fault of the config (read-only or full
+    /// data directory): not a result, and not the trial killing the host.
+    HostFault(String),
     /// A call was refused under our lease epoch (ABORTED): another holder has the engine.
     Fenced(String),
     Rejected(String),
@@ -175,7 +183,7 @@ pub(crate) async fn run_trial(
     }
     .instrument(span)
     .await;
-    if let TrialOutcome::HostLost(reason) = &outcome {
+    if let TrialOutcome::HostLost(reason) | TrialOutcome::DiedRunning(reason) = &outcome {
         lease.lost(reason);
     }
     outcome
@@ -221,7 +229,8 @@ impl Attempt<'_> {
         };
         let outcome = match body {
             Ok(()) => TrialOutcome::Done,
-            Err(Stop::Lost(e)) => TrialOutcome::HostLost(e),
+            Err(Stop::Lost(e)) => TrialOutcome::DiedRunning(e),
+            Err(Stop::HostFault(e)) => TrialOutcome::HostLost(e),
             Err(Stop::Fenced(e)) => TrialOutcome::Interrupted(e),
             Err(Stop::Rejected(e)) => TrialOutcome::EngineFailed(e),
             Err(Stop::Cancelled) => {
@@ -242,7 +251,9 @@ impl Attempt<'_> {
             TrialOutcome::EngineFailed(r) => {
                 (RunState::EngineFailed, TrialState::EngineFailed, r.clone())
             }
-            TrialOutcome::HostLost(r) => (RunState::HostLost, TrialState::HostLost, r.clone()),
+            TrialOutcome::HostLost(r) | TrialOutcome::DiedRunning(r) => {
+                (RunState::HostLost, TrialState::HostLost, r.clone())
+            }
             TrialOutcome::Interrupted(r) => {
                 (RunState::Interrupted, TrialState::Interrupted, r.clone())
             }
@@ -415,6 +426,12 @@ impl Attempt<'_> {
 
     async fn engine_failed(&mut self, crash: Crash) -> Stop {
         let class = crash.class();
+        // The host could not start it (a read-only or full data directory): the host's fault,
+        // not the config's; no result is stored and the trial goes to another host.
+        if class == fleetbench_proto::agentpb::CrashClass::HostFault {
+            tracing::warn!(summary = %crash.summary, "the host could not start the engine");
+            return Stop::HostFault(format!("host {}: {}", self.host, crash.summary));
+        }
         tracing::warn!(class = ?class, summary = %crash.summary, "engine failed to start");
         let span = tracing::Span::current();
         span.record("fleetbench.crash.class", class.word().as_str());
