@@ -19,7 +19,6 @@
 //! engine stopped by the end of the previous lease.
 
 use fleetbench_proto::Word;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,26 +31,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::supervisor::Supervisor;
 
+mod epoch_file;
+
+#[cfg(test)]
+use epoch_file::EPOCH_TMP;
+pub use epoch_file::EpochFileError;
+use epoch_file::{EPOCH_FILE, read_epoch, save_epoch};
+
 /// Shortest and longest TTL a holder may ask for.
 pub const MIN_TTL: Duration = Duration::from_millis(1000);
 pub const MAX_TTL: Duration = Duration::from_secs(600);
-const EPOCH_FILE: &str = "lease.epoch";
-/// Where a new epoch is written before it is renamed over [`EPOCH_FILE`].
-const EPOCH_TMP: &str = "lease.epoch.tmp";
-
-/// The epoch file exists but cannot be trusted: the agent does not start.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "lease epoch file {path}: {problem}; the agent will not start, since counting again from 1 \
-     would hand out epochs a stale lease holder may still use. Repair it: write one number \
-     at least as large as the last epoch this agent handed out (its log says \"lease \
-     acquired\" with each epoch), or make the file readable"
-)]
-pub struct EpochFileError {
-    pub path: PathBuf,
-    pub problem: String,
-}
-
 /// Why a lease operation or a leased call was refused.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseError {
@@ -456,44 +445,6 @@ impl Leases {
     }
 }
 
-/// The last epoch saved at `path`: 0 when there is no file.
-fn read_epoch(path: &Path) -> Result<u64, EpochFileError> {
-    let bad = |problem: String| EpochFileError {
-        path: path.to_path_buf(),
-        problem,
-    };
-    let text = match std::fs::read(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(bad(format!("cannot be read: {e}"))),
-    };
-    let text = String::from_utf8_lossy(&text);
-    let t = text.trim();
-    match t.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => {
-            let shown: String = t.chars().take(40).collect();
-            Err(bad(format!(
-                "holds {shown:?} ({} bytes), not a positive epoch number",
-                text.len()
-            )))
-        }
-    }
-}
-
-/// Writes `epoch` to `path` durably: a temporary file beside it, fsync, rename over it, fsync
-/// of the directory (so neither the contents nor the rename are lost in a power cut).
-fn save_epoch(path: &Path, epoch: u64) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(EPOCH_TMP);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(format!("{epoch}\n").as_bytes())?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
 fn rfc3339(unix_ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(unix_ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
@@ -565,27 +516,6 @@ mod tests {
         r.ttl_ms = 10;
         let e = l.acquire(&r, None).await.unwrap_err().to_string();
         assert!(e.starts_with("ttl_ms:"), "{e}");
-    }
-
-    #[test]
-    fn a_corrupt_or_unreadable_epoch_file_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join(EPOCH_FILE);
-        for bad in ["", "\n", "nine\n", "0\n", "-3\n", "18446744073709551616\n"] {
-            std::fs::write(&file, bad).unwrap();
-            let e = Leases::open(dir.path()).unwrap_err();
-            assert_eq!(e.path, file);
-            let text = e.to_string();
-            assert!(
-                text.contains(&file.display().to_string()) && text.contains("not a positive"),
-                "{bad:?}: {text}"
-            );
-        }
-        // A directory in its place cannot be read as a file.
-        std::fs::remove_file(&file).unwrap();
-        std::fs::create_dir(&file).unwrap();
-        let e = Leases::open(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("cannot be read"), "{e}");
     }
 
     #[tokio::test]
