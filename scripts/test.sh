@@ -126,8 +126,9 @@ if [ ! -f "$VLLM_VENV/tiny-llama/model.safetensors" ]; then
   log "making the tiny random-weight Llama in $VLLM_VENV/tiny-llama (offline)"
   HF_HUB_OFFLINE=1 "$VLLM_VENV/bin/python" scripts/engines/make_tiny_llama.py "$VLLM_VENV/tiny-llama"
 fi
-"$VLLM_VENV/bin/vllm" --version >/dev/null ||
-  { echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails; delete $VLLM_VENV and run again" >&2; exit 1; }
+# The command the agent runs must start (imports torch and vLLM: about 15 s).
+vllm_check=$("$VLLM_VENV/bin/vllm" --version 2>&1) ||
+  { echo "$vllm_check" >&2; echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails (above); delete $VLLM_VENV and run again" >&2; exit 1; }
 log "vLLM setup took $((SECONDS - vllm_t0)) s"
 
 # --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
