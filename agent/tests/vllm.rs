@@ -15,209 +15,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
+use common::truth::{self, Judge, fact, scratch_dirs, tmp_entries};
 use common::*;
 use fleetbench_agent::http::HttpClient;
 use fleetbench_proto::agentpb;
-
-/// The counters a level is judged by.
-#[derive(Debug, Clone, Copy, Default)]
-struct Engine {
-    generation: f64,
-    prompt: f64,
-    queries: f64,
-    hits: f64,
-    itl_sum: f64,
-    itl_count: f64,
-    success: f64,
-}
-
-impl Engine {
-    fn delta(&self, before: &Engine) -> Engine {
-        Engine {
-            generation: self.generation - before.generation,
-            prompt: self.prompt - before.prompt,
-            queries: self.queries - before.queries,
-            hits: self.hits - before.hits,
-            itl_sum: self.itl_sum - before.itl_sum,
-            itl_count: self.itl_count - before.itl_count,
-            success: self.success - before.success,
-        }
-    }
-}
-
-async fn scrape(http: &HttpClient, base: &str) -> Engine {
-    let r = http
-        .get(&format!("{base}/metrics"), Duration::from_secs(10), 8 << 20)
-        .await
-        .expect("vLLM /metrics");
-    assert_eq!(r.status, 200, "{}", r.body);
-    let expo = fleetbench_engines::prom::parse(&r.body);
-    let sum = |name: &str| -> f64 {
-        let v: Vec<f64> = expo
-            .series
-            .iter()
-            .filter(|s| s.name == name)
-            .map(|s| s.value)
-            .collect();
-        assert!(!v.is_empty(), "{name} missing from vLLM's /metrics");
-        v.iter().sum()
-    };
-    Engine {
-        generation: sum("vllm:generation_tokens_total"),
-        prompt: sum("vllm:prompt_tokens_total"),
-        queries: sum("vllm:prefix_cache_queries_total"),
-        hits: sum("vllm:prefix_cache_hits_total"),
-        itl_sum: sum("vllm:inter_token_latency_seconds_sum"),
-        itl_count: sum("vllm:inter_token_latency_seconds_count"),
-        success: sum("vllm:request_success_total"),
-    }
-}
-
-fn fact(st: &agentpb::EngineStatus, key: &str) -> Option<String> {
-    st.facts
-        .iter()
-        .find(|f| f.key == key)
-        .map(|f| f.value.clone())
-}
-
-/// Entries of `/tmp` vLLM and torch leave when nothing points them elsewhere.
-fn tmp_leftovers() -> Vec<String> {
-    std::fs::read_dir("/tmp")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("vllm_dist_") || n.starts_with("torchinductor_"))
-        .collect()
-}
-
-/// Scratch directories of runs (the agent's `DATA_DIR/s/RUN`) still present.
-fn scratch_dirs(data: &Path) -> Vec<String> {
-    std::fs::read_dir(data.join("s"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
-const REQUESTS: u64 = 8;
-const OUTPUT: u32 = 16;
-
-/// One level of `REQUESTS` prompts at concurrency `c`, the cache reset first when `reset`.
-/// Random prompts (fleetbench's random dataset starts each with tokens of its own, so nothing
-/// matches by accident), or with `shared` two groups of four sharing a 256-token prefix (vLLM's
-/// CPU build caches whole blocks of 128 tokens: a shorter prefix never hits).
-fn level_request(c: u32, run_id: &str, reset: bool, shared: bool) -> agentpb::RunBenchmarkRequest {
-    let mut workload = random_workload(48, OUTPUT);
-    if shared {
-        workload.dataset = Some(agentpb::workload::Dataset::SharedPrefix(
-            agentpb::SharedPrefixDataset {
-                groups: 2,
-                prompts_per_group: 4,
-                prefix_len: 256,
-                suffix_len: 16,
-                output_len: OUTPUT,
-            },
-        ));
-    }
-    agentpb::RunBenchmarkRequest {
-        workload: Some(workload),
-        levels: vec![closed(c)],
-        warmup_requests: 0,
-        bound: Some(agentpb::run_benchmark_request::Bound::NumRequests(
-            REQUESTS as u32,
-        )),
-        percentiles: vec![50.0, 99.0],
-        run_id: run_id.into(),
-        reset_cache: reset,
-        ..Default::default()
-    }
-}
-
-/// Runs one level and checks it against the engine's counters; returns the level.
-async fn judged_level(
-    c: &mut agentpb::agent_client::AgentClient<tonic::transport::Channel>,
-    http: &HttpClient,
-    base: &str,
-    concurrency: u32,
-    run_id: &str,
-    reset: bool,
-    shared: bool,
-) -> agentpb::LevelResult {
-    let before = scrape(http, base).await;
-    let (_, levels) = bench(
-        c,
-        level_request(concurrency, run_id, reset, shared),
-        Duration::from_secs(240),
-    )
-    .await
-    .unwrap();
-    let after = scrape(http, base).await;
-    assert_eq!(levels.len(), 1, "{levels:?}");
-    let l = levels.into_iter().next().unwrap();
-    let d = after.delta(&before);
-    assert_eq!(l.outcome, agentpb::LevelOutcome::Ok as i32, "{l:?}");
-    // Nothing lost: every request sent finished, by both counts.
-    assert_eq!(
-        (l.sent, l.completed, l.failed),
-        (REQUESTS, REQUESTS, 0),
-        "{l:?}"
-    );
-    assert_eq!(
-        d.success, REQUESTS as f64,
-        "vllm:request_success_total {d:?}"
-    );
-    // Tokens: the client's (from `usage`) against the engine's counters.
-    assert_eq!(l.output_tokens, REQUESTS * u64::from(OUTPUT), "{l:?}");
-    assert_eq!(l.output_tokens as f64, d.generation, "generation {d:?}");
-    assert_eq!(l.input_tokens as f64, d.prompt, "prompt {d:?} {l:?}");
-    // The stored cache figure is the engine's own.
-    let cache = l.prefix_cache.as_ref().expect("a cache figure");
-    assert!(
-        cache.source.contains("vllm:prefix_cache_hits_total"),
-        "{cache:?}"
-    );
-    assert_eq!(
-        cache.prompt_tokens_engine,
-        Some(d.queries),
-        "{cache:?} {d:?}"
-    );
-    let rate = if d.queries > 0.0 {
-        d.hits / d.queries
-    } else {
-        0.0
-    };
-    let stored = cache.hit_rate.expect("a hit rate");
-    assert!((stored - rate).abs() < 1e-9, "{cache:?} {d:?}");
-    // ITL: the client's per-token mean against the engine's histogram over the same tokens.
-    let engine_itl_ms = 1000.0 * d.itl_sum / d.itl_count;
-    let client_itl_ms = l.itl_ms.as_ref().expect("ITL").mean;
-    let off = (client_itl_ms - engine_itl_ms).abs() / engine_itl_ms;
-    println!(
-        "c={concurrency}: {:.1} tok/s, output {} = engine {}, prompt {} = engine {}, \
-         cache {:.3} ({} of {} tokens), ITL client {client_itl_ms:.3} ms engine \
-         {engine_itl_ms:.3} ms ({:+.2}%), reset: {}",
-        l.output_tokens_per_s,
-        l.output_tokens,
-        d.generation,
-        l.input_tokens,
-        d.prompt,
-        stored,
-        d.hits,
-        d.queries,
-        100.0 * (client_itl_ms - engine_itl_ms) / engine_itl_ms,
-        cache.reset,
-    );
-    assert!(
-        off <= 0.05,
-        "mean ITL client {client_itl_ms} ms, engine {engine_itl_ms} ms"
-    );
-    l
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
@@ -238,12 +41,18 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
          \"--distributed-executor-backend\", \"uni\"]\nenv = {{ {env} }}\n",
         v.program, v.model,
     );
-    let tmp_before = tmp_leftovers();
+    let tmp_before = tmp_entries();
     let agent = Agent::start(&extra).unwrap();
     let mut c = agent.client().await.unwrap();
     let http = HttpClient::new();
     let base = format!("http://127.0.0.1:{port}");
     let model = v.model.to_string_lossy().into_owned();
+    let judge = Judge {
+        http: &http,
+        base: &base,
+        names: truth::VLLM,
+        note: "",
+    };
 
     // First start: one running request at most, dev mode on (the cache reset is served).
     let mut first_spec = spec("vllm-cpu", &model, 0, &[("--max-num-seqs", Some("1"))]);
@@ -291,16 +100,9 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
     );
 
     for conc in [1, 4] {
-        let l = judged_level(
-            &mut c,
-            &http,
-            &base,
-            conc,
-            &format!("vllm-a-{conc}"),
-            true,
-            false,
-        )
-        .await;
+        let l = judge
+            .level(&mut c, conc, &format!("vllm-a-{conc}"), true, false)
+            .await;
         assert_eq!(
             l.prefix_cache.as_ref().unwrap().reset,
             "flushed",
@@ -329,7 +131,7 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
     let args: serde_json::Value =
         serde_json::from_str(&fact(&st, "non_default_args").unwrap()).unwrap();
     assert_eq!(args["max_num_seqs"], 8, "{args}");
-    let l = judged_level(&mut c, &http, &base, 8, "vllm-b-8", true, false).await;
+    let l = judge.level(&mut c, 8, "vllm-b-8", true, false).await;
     let reset = &l.prefix_cache.as_ref().unwrap().reset;
     assert!(
         reset.starts_with("not flushed: POST /reset_prefix_cache: HTTP 404")
@@ -340,7 +142,7 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
     // Prompts that share prefixes, one at a time: vLLM serves the whole 128-token blocks of each group's
     // prefix from its cache after the group's first request, and the stored figure is its
     // own count.
-    let again = judged_level(&mut c, &http, &base, 1, "vllm-b-shared", false, true).await;
+    let again = judge.level(&mut c, 1, "vllm-b-shared", false, true).await;
     let cache = again.prefix_cache.as_ref().unwrap();
     assert!(cache.hit_rate.unwrap() > 0.3, "{cache:?}");
     assert_eq!(cache.reset, "", "{cache:?}");
@@ -355,7 +157,7 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
     assert_eq!(st.state, agentpb::EngineState::Idle as i32);
     assert!(group_members(second.pid as i32).is_empty());
     assert_eq!(scratch_dirs(&agent.data_dir()), Vec::<String>::new());
-    let new: Vec<String> = tmp_leftovers()
+    let new: Vec<String> = tmp_entries()
         .into_iter()
         .filter(|n| !tmp_before.contains(n))
         .collect();

@@ -14,7 +14,9 @@ use super::logs::{LogHub, RunLog};
 use crate::profile::LaunchPlan;
 
 /// Longest line kept; the rest is cut (an engine printing a huge JSON blob must not eat memory).
-const MAX_LINE: usize = 16 * 1024;
+/// SGLang 0.5.23 prints its effective arguments as one `server_args={...}` line of about 19 KiB
+/// (measured on the real server): a cut line cannot be parsed, so the limit sits well above it.
+const MAX_LINE: usize = 64 * 1024;
 
 /// A started engine and the tasks reading its output.
 #[derive(Debug)]
