@@ -30,3 +30,46 @@ fn start_up_facts_of_the_real_server_on_cpu() {
     assert_eq!(one(&f, "weight_load_s"), "0.06");
     assert_eq!(one(&f, "ready"), "true");
 }
+
+fn exited(code: i32) -> fleetbench_engines::ExitInfo {
+    fleetbench_engines::ExitInfo {
+        code: Some(code),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_bad_flag_value_is_an_argparse_usage_error() {
+    // `--max-running-requests many`: argparse prints the whole usage, then its error, exit 2.
+    let c = fleetbench_engines::classify(
+        EngineKind::Sglang,
+        &exited(2),
+        &fixture_lines("crash/sglang_cpu_bad_flag_value.log"),
+    );
+    assert_eq!(c.class, fleetbench_engines::CrashClass::ExitCode, "{c:?}");
+    assert_eq!(c.exception_type, "usage error", "{c:?}");
+    assert_eq!(
+        c.message,
+        "sglang serve: error: argument --max-running-requests: invalid int value: 'many'"
+    );
+}
+
+#[test]
+fn a_model_path_that_does_not_exist_names_the_path() {
+    let c = fleetbench_engines::classify(
+        EngineKind::Sglang,
+        &exited(1),
+        &fixture_lines("crash/sglang_cpu_missing_model.log"),
+    );
+    assert_eq!(
+        c.class,
+        fleetbench_engines::CrashClass::PythonException,
+        "{c:?}"
+    );
+    // transformers re-raises it as OSError ("raise OSError(...) from e"): the cause is named.
+    assert_eq!(
+        c.exception_type, "huggingface_hub.errors.HFValidationError",
+        "{c:?}"
+    );
+    assert!(c.message.contains("/work/vrun/no-such-model"), "{c:?}");
+}
