@@ -88,12 +88,24 @@ async fn sglang_on_cpu_with_a_kernel_stand_in_serves_restarts_and_agrees_with_it
     assert_eq!(args["max_running_requests"], 1, "{args}");
     assert_eq!(args["device"], "cpu", "{args}");
 
+    // The flush is honest: a prompt SGLang has cached hits, and after a level that asked for
+    // /flush_cache, the same prompt hits nothing.
+    truth::probe_hits(&http, &base, &truth::SGLANG, &model).await;
+    let cached = truth::probe_hits(&http, &base, &truth::SGLANG, &model).await;
+    assert!(cached > 100.0, "{cached}");
     for conc in [1, 4] {
         let l = judge
             .level(&mut c, conc, &format!("sglang-a-{conc}"), true, false)
             .await;
         assert_eq!(l.prefix_cache.as_ref().unwrap().reset, "flushed");
     }
+    // The radix cache matches single tokens: after the flush the probe may share its first
+    // token (the BOS) with the level's own prompts, nothing more.
+    let after = truth::probe_hits(&http, &base, &truth::SGLANG, &model).await;
+    assert!(
+        after <= 2.0,
+        "a prompt cached before /flush_cache still hits {after} of {cached} tokens after it"
+    );
     // Shared prefixes, one at a time: the radix cache serves each group's prefix after its
     // first request, by SGLang's own count.
     let shared = judge.level(&mut c, 1, "sglang-a-shared", true, true).await;

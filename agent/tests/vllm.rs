@@ -99,6 +99,10 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
         st.facts
     );
 
+    // The reset is honest: a prompt the engine has cached hits, and after a level that
+    // asked for the reset, the same prompt hits nothing.
+    truth::probe_hits(&http, &base, &truth::VLLM, &model).await;
+    assert!(truth::probe_hits(&http, &base, &truth::VLLM, &model).await > 0.0);
     for conc in [1, 4] {
         let l = judge
             .level(&mut c, conc, &format!("vllm-a-{conc}"), true, false)
@@ -109,6 +113,11 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
             "dev mode serves /reset_prefix_cache"
         );
     }
+    assert_eq!(
+        truth::probe_hits(&http, &base, &truth::VLLM, &model).await,
+        0.0,
+        "a prompt cached before /reset_prefix_cache still hits after it"
+    );
 
     // Restart with eight running requests and no dev mode: the first tree is gone, the server
     // reports the new value, and the reset is refused by name.
@@ -131,7 +140,13 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
     let args: serde_json::Value =
         serde_json::from_str(&fact(&st, "non_default_args").unwrap()).unwrap();
     assert_eq!(args["max_num_seqs"], 8, "{args}");
+    truth::probe_hits(&http, &base, &truth::VLLM, &model).await;
     let l = judge.level(&mut c, 8, "vllm-b-8", true, false).await;
+    // The refused reset left the cache as it was: the prompt cached before the level hits.
+    assert!(
+        truth::probe_hits(&http, &base, &truth::VLLM, &model).await > 0.0,
+        "the prompt cached before a refused reset no longer hits"
+    );
     let reset = &l.prefix_cache.as_ref().unwrap().reset;
     assert!(
         reset.starts_with("not flushed: POST /reset_prefix_cache: HTTP 404")
@@ -139,9 +154,9 @@ async fn vllm_cpu_serves_restarts_and_every_level_agrees_with_its_counters() {
         "{reset}"
     );
 
-    // Prompts that share prefixes, one at a time: vLLM serves the whole 128-token blocks of each group's
-    // prefix from its cache after the group's first request, and the stored figure is its
-    // own count.
+    // Prompts that share prefixes, one at a time: vLLM serves the whole 128-token blocks of
+    // each group's prefix from its cache after the group's first request, and the stored
+    // figure is its own count.
     let again = judge.level(&mut c, 1, "vllm-b-shared", false, true).await;
     let cache = again.prefix_cache.as_ref().unwrap();
     assert!(cache.hit_rate.unwrap() > 0.3, "{cache:?}");

@@ -255,3 +255,36 @@ pub fn scratch_dirs(data: &Path) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// Sends one fixed 300-token-ish prompt (four blocks of vLLM's CPU cache, many of SGLang's
+/// radix tokens) straight to the engine (`/v1/completions`, raw HTTP/1.1) and returns the
+/// cache hits the engine counted for it. Used around a level: after the agent's reset a
+/// repeat must hit nothing; without a reset it hits.
+pub async fn probe_hits(http: &HttpClient, base: &str, names: &Names, model: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let prompt: Vec<String> = (0..150).map(|i| format!("word{}", i % 50)).collect();
+    let body = serde_json::json!({
+        "model": model,
+        "prompt": prompt.join(" "),
+        "max_tokens": 2,
+    })
+    .to_string();
+    let before = scrape(http, base, names).await;
+    let addr = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_string(&mut out))
+        .await
+        .expect("a completion within 60 s")
+        .unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let hits = scrape(http, base, names).await.hits - before.hits;
+    println!("probe prompt: {hits} tokens from the cache");
+    hits
+}
