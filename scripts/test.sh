@@ -128,8 +128,12 @@ if [ ! -f "$VLLM_VENV/tiny-llama/model.safetensors" ]; then
   HF_HUB_OFFLINE=1 "$VLLM_VENV/bin/python" scripts/engines/make_tiny_llama.py "$VLLM_VENV/tiny-llama"
 fi
 # The command the agent runs must start (imports torch and vLLM: about 15 s).
-vllm_check=$("$VLLM_VENV/bin/vllm" --version 2>&1) ||
+# torch writes /tmp/torchinductor_<user> on import: pointed into the venv, removed after.
+mkdir -p "$VLLM_VENV/.check-tmp"
+vllm_check=$(TMPDIR="$VLLM_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$VLLM_VENV/.check-tmp/inductor" \
+  VLLM_CACHE_ROOT="$VLLM_VENV/.check-tmp/vllm" "$VLLM_VENV/bin/vllm" --version 2>&1) ||
   { echo "$vllm_check" >&2; echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails (above); delete $VLLM_VENV and run again" >&2; exit 1; }
+rm -rf "$VLLM_VENV/.check-tmp"
 log "vLLM setup took $((SECONDS - vllm_t0)) s"
 
 # --- SGLang on the CPU, with a stand-in for its CPU kernel helpers ------------------------------
@@ -157,9 +161,12 @@ if [ ! -f "$SGLANG_VENV/tiny-llama/model.safetensors" ]; then
   log "making the tiny random-weight Llama in $SGLANG_VENV/tiny-llama (offline)"
   HF_HUB_OFFLINE=1 "$SGLANG_VENV/bin/python" scripts/engines/make_tiny_llama.py "$SGLANG_VENV/tiny-llama"
 fi
+mkdir -p "$SGLANG_VENV/.check-tmp"
 sglang_check=$(SGLANG_USE_CPU_ENGINE=1 PYTHONPATH="$ROOT/scripts/engines/sgl_kernel_cpu_standin" \
+  TMPDIR="$SGLANG_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$SGLANG_VENV/.check-tmp/inductor" \
   "$SGLANG_VENV/bin/python" -c 'import sglang.srt.entrypoints.http_server' 2>&1) ||
   { echo "$sglang_check" >&2; echo "scripts/test.sh: SGLang's server does not import with the stand-in (above); delete $SGLANG_VENV and run again" >&2; exit 1; }
+rm -rf "$SGLANG_VENV/.check-tmp"
 log "SGLang setup took $((SECONDS - sglang_t0)) s (SGLang runs on the CPU with a stand-in for its CPU kernel helpers)"
 
 # --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------

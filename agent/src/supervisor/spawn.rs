@@ -145,7 +145,7 @@ pub(crate) fn scratch_dir(data_dir: &Path, run_id: &str) -> PathBuf {
 /// Variables that, left unset, make vLLM and SGLang (and the torch, Triton and inductor
 /// libraries under them) write outside the run: `~/.cache/vllm`, `/tmp/vllm_dist_<hex>` (left
 /// behind after every vLLM run), `/tmp/torchinductor_<user>`, `~/.triton`.
-const SCRATCH_VARS: [(&str, &str); 5] = [
+pub(crate) const SCRATCH_VARS: [(&str, &str); 5] = [
     ("TMPDIR", "tmp"),
     ("VLLM_CACHE_ROOT", "vllm-cache"),
     ("TORCHINDUCTOR_CACHE_DIR", "inductor-cache"),
