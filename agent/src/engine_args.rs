@@ -71,6 +71,21 @@ async fn run_help(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
+    // vLLM's `--help` imports torch, which leaves `/tmp/torchinductor_<user>` behind: its
+    // temporary and cache directories go to a directory of this read's own, removed after.
+    let scratch = std::env::temp_dir().join(format!(
+        "fleetbench-help-{}-{}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    for (var, sub) in crate::supervisor::spawn::SCRATCH_VARS {
+        if !env.contains_key(var) && std::fs::create_dir_all(scratch.join(sub)).is_ok() {
+            cmd.env(var, scratch.join(sub));
+        }
+    }
     // llama.cpp's packaged build finds its shared libraries next to the binary.
     if let Some(dir) = program.parent() {
         let mut path = dir.as_os_str().to_owned();
@@ -80,8 +95,9 @@ async fn run_help(
         }
         cmd.env("LD_LIBRARY_PATH", path);
     }
-    let out = tokio::time::timeout(HELP_TIMEOUT, cmd.output())
-        .await
+    let out = tokio::time::timeout(HELP_TIMEOUT, cmd.output()).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    let out = out
         .map_err(|_| format!("no answer within {HELP_TIMEOUT:?}"))?
         .map_err(|e| e.to_string())?;
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();

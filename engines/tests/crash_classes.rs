@@ -133,6 +133,9 @@ fn vllm_engine_dead_after_worker_oom() {
     ));
 }
 
+/// A KV cache too small for one request of the context is a memory failure (`oom`, as
+/// SGLang's too-small KV pool), with vLLM's own ValueError as the cause; the real server
+/// agrees (`vllm_cpu_recorded.rs`).
 #[test]
 fn vllm_init_failure_reports_the_root_cause_not_the_wrapper() {
     let c = run(
@@ -140,7 +143,7 @@ fn vllm_init_failure_reports_the_root_cause_not_the_wrapper() {
         exited(1),
         "crash/vllm_init_failed_value_error.log",
     );
-    assert_eq!(c.class, CrashClass::PythonException);
+    assert_eq!(c.class, CrashClass::Oom);
     assert_eq!(c.exception_type, "ValueError");
     assert!(c.message.contains("max seq len (131072)"), "{}", c.message);
 }

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod engines;
 pub mod process;
 pub mod servers;
 

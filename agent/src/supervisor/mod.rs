@@ -6,7 +6,7 @@ pub mod group;
 pub mod leftover;
 pub mod logs;
 mod release;
-mod spawn;
+pub(crate) mod spawn;
 mod task;
 
 use std::path::PathBuf;

@@ -14,7 +14,9 @@ use super::logs::{LogHub, RunLog};
 use crate::profile::LaunchPlan;
 
 /// Longest line kept; the rest is cut (an engine printing a huge JSON blob must not eat memory).
-const MAX_LINE: usize = 16 * 1024;
+/// SGLang 0.5.23 prints its effective arguments as one `server_args={...}` line of about 19 KiB
+/// (measured on the real server): a cut line cannot be parsed, so the limit sits well above it.
+const MAX_LINE: usize = 64 * 1024;
 
 /// A started engine and the tasks reading its output.
 #[derive(Debug)]
@@ -63,6 +65,7 @@ pub fn spawn(
         })?;
 
     let mut cmd = tokio::process::Command::new(&plan.argv[0]);
+    scratch_env(&mut cmd, plan, data_dir, run_id)?;
     if let Some(c) = &plan.run_as {
         // The engine user's own HOME and names, not root's (unless the profile sets them).
         cmd.env("HOME", &c.home)
@@ -138,6 +141,76 @@ pub fn spawn(
         output_done,
         log_path,
     })
+}
+
+/// The run's own scratch directory (removed when the run is released): where a Python engine's
+/// temporary files and compile caches go instead of `/tmp` and the user's home. Short on
+/// purpose: vLLM and SGLang bind ZeroMQ IPC sockets at `$TMPDIR/<uuid>`, and a Unix socket path
+/// holds at most 107 bytes (a longer one fails the start with `ZMQError: ipc path ... is longer
+/// than 107 characters`). Under the data directory when that fits, else under the system's
+/// temporary directory; the same function finds it again for the removal.
+pub(crate) fn scratch_dir(data_dir: &Path, run_id: &str) -> PathBuf {
+    // The run id ends in its random part (`TIME-CONFIG-RANDOM`).
+    let short: String = run_id
+        .rsplit('-')
+        .next()
+        .unwrap_or(run_id)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(12)
+        .collect();
+    let under_data = data_dir.join("s").join(&short);
+    // "/tmp/" and a 36-character uuid after it must fit in 107 bytes.
+    if under_data.as_os_str().len() + 5 + 36 <= 107 {
+        under_data
+    } else {
+        std::env::temp_dir().join(format!("fleetbench-{short}"))
+    }
+}
+
+/// Variables that, left unset, make vLLM and SGLang (and the torch, Triton and inductor
+/// libraries under them) write outside the run: `~/.cache/vllm`, `/tmp/vllm_dist_<hex>` (left
+/// behind after every vLLM run), `/tmp/torchinductor_<user>`, `~/.triton`.
+pub(crate) const SCRATCH_VARS: [(&str, &str); 5] = [
+    ("TMPDIR", "tmp"),
+    ("VLLM_CACHE_ROOT", "vllm-cache"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor-cache"),
+    ("TRITON_CACHE_DIR", "triton-cache"),
+    ("XDG_CACHE_HOME", "cache"),
+];
+
+/// Points a Python engine's temporary and cache directories into [`scratch_dir`] (a profile's
+/// own `env` setting one of them wins). Other kinds write nothing of the sort.
+fn scratch_env(
+    cmd: &mut tokio::process::Command,
+    plan: &LaunchPlan,
+    data_dir: &Path,
+    run_id: &str,
+) -> std::io::Result<()> {
+    if !matches!(plan.kind, EngineKind::Vllm | EngineKind::Sglang) {
+        return Ok(());
+    }
+    let dir = scratch_dir(data_dir, run_id);
+    for (var, sub) in SCRATCH_VARS {
+        if plan.env.contains_key(var) {
+            continue;
+        }
+        let path = dir.join(sub);
+        std::fs::create_dir_all(&path)?;
+        cmd.env(var, &path);
+    }
+    if let Some(c) = &plan.run_as {
+        // The engine user writes there, not the agent's.
+        for entry in std::iter::once(dir.clone()).chain(
+            SCRATCH_VARS
+                .iter()
+                .map(|(_, sub)| dir.join(sub))
+                .filter(|p| p.exists()),
+        ) {
+            std::os::unix::fs::chown(&entry, Some(c.uid), Some(c.gid))?;
+        }
+    }
+    Ok(())
 }
 
 /// Splits a pipe into lines at `\n` or `\r` (progress bars redraw with `\r` only, and would

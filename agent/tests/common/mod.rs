@@ -2,6 +2,8 @@
 //! loopback port with development certificates, and an mTLS client for it.
 #![allow(dead_code)]
 
+pub mod truth;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

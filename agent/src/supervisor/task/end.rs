@@ -124,6 +124,13 @@ impl Task {
                 crate::supervisor::leftover::clear(&self.cfg.data_dir);
             }
             e.output_done.abort();
+            // The run's scratch directory (temporary files, compile caches) goes with it.
+            let scratch = crate::supervisor::spawn::scratch_dir(&self.cfg.data_dir, &e.run_id);
+            if scratch.exists()
+                && let Err(err) = std::fs::remove_dir_all(&scratch)
+            {
+                tracing::warn!(dir = %scratch.display(), error = %err, "scratch directory left behind");
+            }
             let gpu_clear = wait_gpu_free(
                 &self.gpus,
                 &e.gpu_before,
