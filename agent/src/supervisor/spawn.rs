@@ -39,6 +39,13 @@ pub enum SpawnError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The engine's scratch directory (its TMPDIR and caches, under the data directory) could
+    /// not be made: the host's fault too.
+    #[error("cannot prepare the engine's scratch directory {path}: {source}")]
+    Scratch {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The program could not be executed.
     #[error("could not start {program}: {source}")]
     Exec {
@@ -65,7 +72,10 @@ pub fn spawn(
         })?;
 
     let mut cmd = tokio::process::Command::new(&plan.argv[0]);
-    scratch_env(&mut cmd, plan, data_dir, run_id)?;
+    scratch_env(&mut cmd, plan, data_dir, run_id).map_err(|source| SpawnError::Scratch {
+        path: scratch_dir(data_dir, run_id),
+        source,
+    })?;
     if let Some(c) = &plan.run_as {
         // The engine user's own HOME and names, not root's (unless the profile sets them).
         cmd.env("HOME", &c.home)

@@ -308,7 +308,7 @@ impl Task {
             Ok(s) => s,
             Err(e) => {
                 let crash = match &e {
-                    SpawnError::RunLog { .. } => agentpb::Crash {
+                    SpawnError::RunLog { .. } | SpawnError::Scratch { .. } => agentpb::Crash {
                         class: agentpb::CrashClass::HostFault as i32,
                         message: e.to_string(),
                         summary: format!(
