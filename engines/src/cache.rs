@@ -129,10 +129,15 @@ pub fn level_figure(
         f.hit_rate = (sent > 0).then(|| (1.0 - evaluated / sent as f64).clamp(0.0, 1.0));
         return f;
     }
-    if let (Some(c), Some(p)) = (
-        delta(before.cached_tokens, after.cached_tokens),
-        delta(before.prompt_tokens, after.prompt_tokens),
-    ) {
+    // SGLang 0.5.23 creates `sglang:cached_tokens_total{cache_source=...}` at its first cache
+    // hit: on a fresh (or just restarted) server whose first level hits nothing, the counter is
+    // absent from both scrapes while the prompt counter is there, and that is 0 hits (seen on
+    // the real server: eight random prompts arriving together after a restart).
+    let cached = match delta(before.cached_tokens, after.cached_tokens) {
+        None if kind == EngineKind::Sglang && after.prompt_tokens.is_some() => Some(0.0),
+        c => c,
+    };
+    if let (Some(c), Some(p)) = (cached, delta(before.prompt_tokens, after.prompt_tokens)) {
         f.source = "sglang:cached_tokens_total / sglang:prompt_tokens_total".into();
         f.prompt_tokens_engine = Some(p);
         f.hit_rate = (p > 0.0).then(|| (c / p).clamp(0.0, 1.0));
@@ -209,6 +214,14 @@ mod tests {
         let f = level_figure(EngineKind::Sglang, &b, &a, 1000);
         assert_eq!(f.hit_rate, Some(0.25));
         assert_eq!(f.prompt_tokens_engine, Some(1000.0));
+        // No hit yet since the start: SGLang has not created its cached-tokens counter.
+        let fresh = counters(EngineKind::Sglang, "sglang:prompt_tokens_total 384\n");
+        let f = level_figure(EngineKind::Sglang, &CacheCounters::default(), &fresh, 384);
+        assert_eq!(
+            (f.hit_rate, f.prompt_tokens_engine),
+            (Some(0.0), Some(384.0))
+        );
+        assert!(f.source.starts_with("sglang:cached_tokens_total"), "{f:?}");
 
         let vl = |h, q| {
             format!(
