@@ -4,8 +4,9 @@
 //! engine that batches eight requests must win significantly; at 1 both run one request at a
 //! time and nothing may be called significant.
 //!
-//! Two repeats per config (the fewest with a measured spread), interleaved: four engine
-//! starts of 23-70 s each on 2 cores, about five minutes in all. Every level runs after a
+//! Three repeats per config, interleaved (two, the fewest with a measured spread, passed here
+//! but left SGLang's twin test at Holm p 0.056 on a busy machine): six engine starts of 23-70 s
+//! each on 2 cores, about five minutes in all. Every level runs after a
 //! prefix-cache reset (dev mode in the profile's env), and the stored cache figure is vLLM's own.
 
 mod common;
@@ -44,7 +45,7 @@ async fn max_num_seqs_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
 
     let spec = format!(
         r#"name = "vllm-ab"
-repeats = 2
+repeats = 3
 order = "interleaved"
 
 [[configs]]
@@ -101,7 +102,7 @@ reset_cache = true
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(res.levels.len(), 2 * 2 * 2, "{:?}", res.levels);
+    assert_eq!(res.levels.len(), 3 * 2 * 2, "{:?}", res.levels);
     for l in &res.levels {
         let result = l.result.as_ref().expect("a stored result");
         assert_eq!((result.completed, result.sent), (16, 16), "{result:?}");
