@@ -64,13 +64,19 @@ impl Tested {
     /// standard error and these degrees of freedom (exact noncentral t); None without spread.
     /// Computed on demand: it integrates, and Monte Carlo runs of the test need none.
     ///
-    /// The standard error is an estimate with `df` degrees of freedom, below the true one more
-    /// often than not (the median of χ²_ν/ν is under 1), which would make the printed effect
-    /// too small for the power it claims; it is scaled by that median (Wilson–Hilferty), so
-    /// that the effect printed is median-unbiased for the one the true spread implies.
+    /// The standard error is an estimate, below the true one more often than not (the median
+    /// of χ²_ν/ν is under 1), which would make the printed effect too small for the power it
+    /// claims; it is scaled by that median (Wilson–Hilferty), so that the effect printed is
+    /// median-unbiased for the one the true spread implies.
     pub fn mde(&self) -> Option<f64> {
         let lambda = detectable_lambda(self.df, self.first_step_alpha, 0.8);
-        let median = (1.0 - 2.0 / (9.0 * self.df)).powi(3).max(0.05);
+        // The median is taken at the level's own degrees of freedom, not the moderated ones:
+        // the test never uses less than the level's own variance, so how far the standard
+        // error falls below the true one is that of the level's own estimate (with the
+        // moderated degrees of freedom the effect printed had 71-76% power in 8-level jobs;
+        // with these, 78-83% in every setting of the power bench).
+        let df_var = self.contrast.df.min(self.df);
+        let median = (1.0 - 2.0 / (9.0 * df_var)).powi(3).max(0.05);
         let se = self.se / median.sqrt();
         (se > 0.0 && lambda.is_finite()).then(|| (lambda * se).exp() - 1.0)
     }
