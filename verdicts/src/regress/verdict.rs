@@ -274,7 +274,15 @@ fn tolerance_words(v: &Verdict) -> String {
 
 /// A throughput or latency verdict from its test.
 fn measured_verdict(v: &mut Verdict, outcome: Outcome) {
-    let pct = |x: f64| format!("{:+.1}%", x * 100.0);
+    // An interval on 1 degree of freedom can reach ratios of 10^12: past ±1000% the digits
+    // say nothing, so the bound is printed as a bound.
+    let pct = |x: f64| {
+        if x * 100.0 > 1000.0 {
+            ">+1000%".to_string()
+        } else {
+            format!("{:+.1}%", x * 100.0)
+        }
+    };
     match outcome {
         Outcome::NoValue => {
             v.status = Status::NoBaseline;
