@@ -26,6 +26,7 @@ pub mod host;
 pub mod http;
 pub mod lease;
 pub mod metrics;
+mod private_file;
 pub mod profile;
 pub mod program;
 pub mod register;

@@ -53,7 +53,7 @@ pub(super) fn read_epoch(path: &Path) -> Result<u64, EpochFileError> {
 pub(super) fn save_epoch(path: &Path, epoch: u64) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(EPOCH_TMP);
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut f = crate::private_file::create(&tmp)?;
     f.write_all(format!("{epoch}\n").as_bytes())?;
     f.sync_all()?;
     drop(f);

@@ -36,8 +36,8 @@ pub fn record(data_dir: &Path, pgid: u32) {
     let Some(stat) = read_stat(pgid as i32) else {
         return; // already gone: nothing can be left behind
     };
-    if let Err(e) = std::fs::write(
-        note_path(data_dir),
+    if let Err(e) = crate::private_file::write(
+        &note_path(data_dir),
         format!("{pgid} {}\n", stat.start_ticks),
     ) {
         tracing::warn!(error = %e, "could not note the engine's process group; a SIGKILLed agent's engine would not be found");
@@ -54,7 +54,7 @@ pub fn record_strays(data_dir: &Path, pgid: u32, strays: &[(i32, u64)]) {
     for (pid, start) in strays {
         text.push_str(&format!("{pid} {start}\n"));
     }
-    if let Err(e) = std::fs::write(note_path(data_dir), text) {
+    if let Err(e) = crate::private_file::write(&note_path(data_dir), text) {
         tracing::warn!(error = %e, "could not note the engine's detached workers");
     }
 }

@@ -78,10 +78,7 @@ impl RunLog {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
+        let mut file = crate::private_file::append(path)?;
         writeln!(file, "O {header}")?;
         Ok(RunLog { file: Some(file) })
     }
