@@ -2,7 +2,7 @@
 
 use super::*;
 use fleetbench_proto::agentpb::{CrashClass, Distribution, LevelResult, LoadLevel};
-use fleetbench_proto::controllerpb::{ConfigInfo, Run};
+use fleetbench_proto::controllerpb::{ConfigInfo, Run, RunState};
 
 fn dist(p50: f64, p99: f64) -> Option<Distribution> {
     Some(Distribution {
