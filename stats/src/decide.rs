@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::contrast::{Contrast, Design};
 use crate::dist::{t_quantile, t_two_sided};
 use crate::moderated::{Prior, fit_prior};
-use crate::multiple::holm;
+use crate::multiple::{holm, holm_local_level};
 use crate::power::detectable_lambda;
 use crate::two_sample::{Effect, Sample, effect};
 
@@ -162,13 +162,9 @@ pub fn compare_family(designs: &[Design<'_>], alpha: f64) -> Vec<LevelCall> {
                 };
             };
             let (se, tstat, _) = stat(&c, var, df);
-            // The level Holm tested this comparison at: alpha·p/p_adj (alpha / (m − k + 1) at
-            // its step); its interval excludes 0 exactly when p_adj ≤ alpha.
-            let local = if adj[i] > 0.0 && p[i] > 0.0 {
-                alpha * p[i] / adj[i]
-            } else {
-                alpha / m as f64
-            };
+            // The level Holm tested this comparison at: its interval excludes 0 exactly when
+            // p_adj ≤ alpha.
+            let local = holm_local_level(alpha, p[i], adj[i], m);
             let q = t_quantile(1.0 - local / 2.0, df);
             LevelCall {
                 test: LevelTest::Tested(Tested {

@@ -29,6 +29,18 @@ pub fn holm(p: &[f64]) -> Vec<f64> {
     out
 }
 
+/// The level at which Holm tested a test with p-value `p` and adjusted p-value `adjusted` in
+/// a family of `m` tests: α·p/p_adj (α / (m − k + 1) at its step, or the level of the step that
+/// carried it). An interval at this level excludes the null exactly when `adjusted` ≤ α, which
+/// is how verdicts print one statement; with a p of 0 (or an adjusted 0) it is α / m.
+pub fn holm_local_level(alpha: f64, p: f64, adjusted: f64, m: usize) -> f64 {
+    if adjusted > 0.0 && p > 0.0 {
+        alpha * p / adjusted
+    } else {
+        alpha / m.max(1) as f64
+    }
+}
+
 /// Benjamini–Hochberg step-up adjusted p-values (q-values).
 pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
     let idx = order(p);

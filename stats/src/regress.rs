@@ -20,11 +20,13 @@
 //! - The interval printed is the one the test implies: two-sided at 1 − 2·(Holm's level for
 //!   this check), so its worse end lies beyond the tolerance exactly when the check regresses.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::dist::{normal_cdf, t_quantile, t_sf};
 use crate::moderated::{Prior, fit_prior};
-use crate::multiple::holm;
+use crate::multiple::{holm, holm_local_level};
 use crate::{logs, mean_var};
 
 /// The one-sided level of the drift rule (a drift beyond the tolerance); its error rate over
@@ -148,16 +150,22 @@ pub fn judge(
             Some((mc - mb, run_means(c.history), floor))
         })
         .collect();
-    let prior_of = |group: u32| {
-        let vars: Vec<(f64, f64)> = checks
-            .iter()
-            .zip(&raw)
-            .filter(|(c, r)| c.group == group && r.as_ref().is_some_and(|r| r.1.len() >= 2))
-            .filter_map(|(_, r)| r.as_ref())
-            .map(|(_, means, _)| (mean_var(means).1, (means.len() - 1) as f64))
-            .collect();
-        fit_prior(&vars)
-    };
+    // Each metric group's fitted prior, fitted once (none when the suite states its own).
+    let mut fitted: BTreeMap<u32, Option<Prior>> = BTreeMap::new();
+    if stated.is_none() {
+        for group in checks.iter().map(|c| c.group) {
+            fitted.entry(group).or_insert_with(|| {
+                let vars: Vec<(f64, f64)> = checks
+                    .iter()
+                    .zip(&raw)
+                    .filter(|(c, r)| c.group == group && r.as_ref().is_some_and(|r| r.1.len() >= 2))
+                    .filter_map(|(_, r)| r.as_ref())
+                    .map(|(_, means, _)| (mean_var(means).1, (means.len() - 1) as f64))
+                    .collect();
+                fit_prior(&vars)
+            });
+        }
+    }
     let stats: Vec<Option<Stat>> = checks
         .iter()
         .zip(&raw)
@@ -168,7 +176,7 @@ pub fn judge(
             }
             let (_, s2) = mean_var(means);
             let df = means.len().saturating_sub(1) as f64;
-            let (var, df, prior) = match (stated, prior_of(c.group)) {
+            let (var, df, prior) = match (stated, fitted.get(&c.group).copied().flatten()) {
                 // The suite's own statement: a plain posterior (its error rate is right when
                 // the stated spread is, conservative when it is larger).
                 (Some(p), _) => {
@@ -227,11 +235,7 @@ pub fn judge(
                 needed: MIN_HISTORY_RUNS,
             },
             (Some(_), Some(s)) => {
-                let local = if adj[i] > 0.0 && p[i] > 0.0 {
-                    alpha * p[i] / adj[i]
-                } else {
-                    alpha / m as f64
-                };
+                let local = holm_local_level(alpha, p[i], adj[i], m);
                 let q = t_quantile(1.0 - local, s.df);
                 let e = se(s);
                 Outcome::Tested(Tested {
