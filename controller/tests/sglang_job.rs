@@ -16,9 +16,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fleetbench_proto::controllerpb::{
-    CompareRequest, GetResultsRequest, JobState, SubmitJobRequest,
-};
+use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_running_requests_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
@@ -101,63 +99,12 @@ reset_cache = true
     );
 
     // Every stored level: nothing lost, the cache emptied before it, SGLang's own cache figure.
-    let res = c
-        .get_results(GetResultsRequest {
-            job_ids: vec![r.job_id.clone()],
-            include_telemetry: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(res.levels.len(), 3 * 2 * 2, "{:?}", res.levels);
-    for l in &res.levels {
-        let result = l.result.as_ref().expect("a stored result");
-        assert_eq!((result.completed, result.sent), (16, 16), "{result:?}");
-        assert_eq!(result.output_tokens, 16 * 32, "{result:?}");
-        let cache = result.prefix_cache.as_ref().expect("a cache figure");
-        assert_eq!(cache.reset, "flushed", "{cache:?}");
-        assert!(
-            cache.source.contains("sglang:cached_tokens_total"),
-            "{cache:?}"
-        );
-    }
-
-    let cmp = c
-        .compare(CompareRequest {
-            job_ids: vec![r.job_id.clone()],
-            alpha: 0.0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    for g in &cmp.groups {
-        let tput: Vec<String> = g
-            .configs
-            .iter()
-            .map(|c| {
-                format!(
-                    "{} {:.1}±{:.1}",
-                    c.config_name, c.output_tokens_per_s, c.output_tokens_per_s_spread
-                )
-            })
-            .collect();
-        println!("{}: {} | {}", g.level_label, tput.join(", "), g.verdict);
-    }
-    assert_eq!(cmp.groups.len(), 2, "{cmp:?}");
-    let at = |c: &str| {
-        cmp.groups
-            .iter()
-            .find(|g| g.level_label.contains(c))
-            .unwrap_or_else(|| panic!("no level {c}: {cmp:?}"))
-    };
-    let one = at("c=1");
-    assert!(one.tested, "{}", one.verdict);
-    assert!(!one.margin_significant, "c=1 called: {}", one.verdict);
-    let eight = at("c=8");
-    assert!(
-        eight.margin_significant && eight.winner_config == "running8",
-        "c=8: {}",
-        eight.verdict
-    );
+    engine_ab::check_levels_and_verdicts(
+        &mut c,
+        &r.job_id,
+        "sglang:cached_tokens_total",
+        "running8",
+    )
+    .await;
     ctl.shutdown().await;
 }

@@ -13,6 +13,8 @@ use fleetbench_proto::controllerpb::{
 };
 use tonic::transport::Channel;
 
+pub mod engine_ab;
+
 /// A server process, stopped (SIGTERM, then SIGKILL) when dropped.
 pub type Proc = fleetbench_testkit::process::Listening;
 
