@@ -48,6 +48,12 @@ done
 ! ls /etc/fleetbench/tls/ca.key >/dev/null 2>&1 || fail "a CA key on the host"
 dpkg -L fleetbench-agent | grep -qx /lib/systemd/system/fleetbench-agent.service || fail "agent unit not installed"
 dpkg -L fleetbench-controller | grep -qx /lib/systemd/system/fleetbench-controller.service || fail "controller unit not installed"
+# Debian's convention: a first install enables both units (deb-systemd-helper, which works
+# without a running systemd as here; starting them is systemd's part, done by hand below).
+WANTS=/etc/systemd/system/multi-user.target.wants
+for u in fleetbench-agent fleetbench-controller; do
+  [ -L "$WANTS/$u.service" ] || fail "$u.service not enabled by the first install"
+done
 
 # The documented first-host step (docs/deploy.md, "Packages"): the controller learns the agent.
 cat >> /etc/fleetbench/controller.toml <<'TOML'
@@ -106,6 +112,16 @@ tail -8 "$WORK/run.out"
 ls /var/lib/fleetbench-agent/runs/*.log >/dev/null || fail "no engine run log in the agent's state directory"
 [ "$(stat -c %U "$(ls /var/lib/fleetbench-agent/runs/*.log | head -1)")" = fleetbench-agent ] || fail "run log owner"
 
+log "an upgrade keeps the operator's disable and leaves the running services alone"
+systemctl disable fleetbench-agent.service
+[ ! -e "$WANTS/fleetbench-agent.service" ] || fail "systemctl disable left the agent enabled"
+# The same version again: dpkg runs the upgrade path (prerm upgrade, postinst configure VERSION).
+dpkg -i "${debs[@]}" > "$WORK/upgrade.out" 2>&1 || fail "dpkg -i over the installed packages: $(cat "$WORK/upgrade.out")"
+[ ! -e "$WANTS/fleetbench-agent.service" ] || fail "the upgrade enabled the agent the operator had disabled"
+[ -L "$WANTS/fleetbench-controller.service" ] || fail "the upgrade disabled the controller"
+for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "a service process died during the upgrade"; done
+echo "upgrade: the agent stays disabled, the controller enabled, both still running"
+
 log "dpkg --purge"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -113,4 +129,6 @@ pids=()
 dpkg --purge fleetbench fleetbench-agent fleetbench-controller
 left=$(ls -d /usr/bin/fleetbench* /etc/fleetbench /var/lib/fleetbench /var/lib/fleetbench-agent /var/cache/fleetbench-agent /lib/systemd/system/fleetbench-* 2>/dev/null || true)
 [ -z "$left" ] || fail "left after purge: $left"
+left=$(ls -d /etc/systemd/system/*/fleetbench-* /etc/systemd/system/fleetbench-* /var/lib/systemd/deb-systemd-helper-*/fleetbench-* /var/lib/systemd/deb-systemd-helper-*/*/fleetbench-* 2>/dev/null || true)
+[ -z "$left" ] || fail "systemd state left after purge: $left"
 echo "packages: 3 installed, started, ran a job, purged cleanly (${SECONDS} s with the build)"

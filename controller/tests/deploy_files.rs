@@ -107,6 +107,64 @@ fn compose_services_and_mounted_files() {
     );
 }
 
+/// The certificate files a `cp fleet-certs/{a,b,…} …` line of `doc` copies, after `marker`.
+fn copied_certs(doc: &str, marker: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(fleetbench_testkit::repo_root().join(doc)).unwrap();
+    let from = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{doc}: no {marker:?}"));
+    let line = text[from..]
+        .lines()
+        .find(|l| l.contains("fleet-certs/{"))
+        .unwrap_or_else(|| panic!("{doc}: no copy line after {marker:?}"));
+    let list = line.split("fleet-certs/{").nth(1).unwrap();
+    list[..list.find('}').unwrap()]
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn compose_docs_copy_one_list_of_certificates_that_the_stack_can_read() {
+    // The compose README and docs/deploy.md once named different files (one lacked the
+    // controller's client certificate, the other Prometheus' viewer): one list now, and it
+    // holds every certificate file the stack's configs read.
+    let readme = copied_certs("deploy/compose/README.md", "# fleetbench with");
+    let docs = copied_certs("docs/deploy.md", "## 3. docker compose");
+    assert_eq!(
+        readme, docs,
+        "deploy/compose/README.md and docs/deploy.md differ"
+    );
+    let dir = deploy().join("compose");
+    for (file, mount) in [
+        ("controller/controller.toml", "/etc/fleetbench/tls/"),
+        ("prometheus/prometheus.yml", "/etc/prometheus/tls/"),
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for part in text.split(mount).skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+                .collect();
+            assert!(
+                docs.contains(&name),
+                "{file} reads {mount}{name}, which no doc copies"
+            );
+        }
+    }
+    assert!(
+        !docs.contains("ca.key"),
+        "the CA key never leaves the operator's machine"
+    );
+    // The keys stay 0600: the controller runs as their owner.
+    let c = yaml(&dir.join("docker-compose.yaml"));
+    let user = s(&c["services"]["controller"]["user"], "controller user");
+    assert!(
+        user.starts_with("${FLEETBENCH_UID:?") && user.contains(":${FLEETBENCH_GID:?"),
+        "{user}"
+    );
+}
+
 #[test]
 fn collector_pipelines_use_defined_components_and_reach_tempo_and_prometheus() {
     let cfg = yaml(&deploy().join("compose/otelcol/config.yaml"));
@@ -361,6 +419,28 @@ fn systemd_units_are_hardened_and_name_existing_configs() {
         assert_eq!(one("Restart"), "on-failure", "{unit}");
         assert_eq!(one("ProtectSystem"), "strict", "{unit}");
         assert_eq!(one("CapabilityBoundingSet"), "", "{unit}: no capabilities");
+        if binary == "fleetbench-agent" {
+            // The GPUs stay reachable on systemd 249-251: there ProtectClock=yes implies a
+            // device allowlist that closes /dev/nvidia*; the clock is guarded by the system-call
+            // filter instead. Nothing else may restrict devices either.
+            assert_ne!(
+                svc.get("ProtectClock")
+                    .and_then(|v| v.last())
+                    .map(String::as_str),
+                Some("yes"),
+                "{unit}: ProtectClock=yes hides the GPUs before systemd 252"
+            );
+            assert!(
+                svc.get("SystemCallFilter")
+                    .into_iter()
+                    .flatten()
+                    .any(|f| f.split_whitespace().any(|w| w == "~@clock")),
+                "{unit}: the clock is not guarded (SystemCallFilter=~@clock)"
+            );
+            for k in ["DeviceAllow", "DevicePolicy", "PrivateDevices"] {
+                assert!(!svc.contains_key(k), "{unit}: {k} restricts the GPUs");
+            }
+        }
         // A group named here that a host lacks fails the unit: GPU groups are added to the
         // user by the package where they exist.
         assert!(
