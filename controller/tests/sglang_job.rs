@@ -10,16 +10,26 @@
 //! five minutes in all. With two (the fewest with a measured spread) a busy machine (repeats
 //! ±20% apart at c=8) left a +358% effect at Holm p 0.056. Every level runs after a
 //! radix-cache flush, and the stored cache figure is SGLang's own.
+//!
+//! Beside it, an A/A job (two configs with the same flags, 2 repeats at concurrency 4: four
+//! engine starts) in which nothing may be called, and a regression suite run twice through
+//! `fleetbench regress --controller` (2 repeats a run: four engine starts).
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_running_requests_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
+/// A real agent whose `sglang` profile starts SGLang on the CPU (with the kernel-helper
+/// stand-in), and an in-process controller that knows it.
+struct Rig {
+    agent: Proc,
+    ctl: fleetbench_controller::ControllerHandle,
+    c: Client,
+    model: String,
+    dir: tempfile::TempDir,
+}
+
+async fn rig() -> Rig {
     println!("{}", fleetbench_testkit::engines::SGLANG_CPU_NOTE);
     let v = fleetbench_testkit::engines::sglang_cpu();
     let dir = tempfile::tempdir().unwrap();
@@ -43,8 +53,25 @@ async fn max_running_requests_8_wins_at_concurrency_8_and_nothing_is_called_at_1
     );
     let agent = spawn_agent_toml(dir.path(), "h1", &agent_toml);
     let ctl = start_local(local_config(dir.path(), &[&agent])).await;
-    let mut c = client(ctl.addr).await;
+    let c = client(ctl.addr).await;
+    Rig {
+        agent,
+        ctl,
+        c,
+        model: v.model.to_string_lossy().into_owned(),
+        dir,
+    }
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_running_requests_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
+    let Rig {
+        agent,
+        ctl,
+        mut c,
+        model,
+        dir: _dir,
+    } = rig().await;
     let spec = format!(
         r#"name = "sglang-ab"
 repeats = 3
@@ -73,38 +100,128 @@ concurrency = [1, 8]
 requests = 16
 reset_cache = true
 "#,
-        v.model.to_string_lossy()
+        model
     );
-    let t = std::time::Instant::now();
-    let r = c
-        .submit_job(SubmitJobRequest {
-            spec_toml: spec,
-            file_name: "sglang-ab.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    let job = wait_job(&mut c, &r.job_id, Duration::from_secs(900)).await;
-    assert_eq!(
-        job.state,
-        JobState::Succeeded as i32,
-        "{job:?}\n{}",
-        agent.log_text()
-    );
-    println!(
-        "SGLang A/B job (on the CPU with a kernel-helper stand-in): {:.0} s",
-        t.elapsed().as_secs_f64()
-    );
-
-    // Every stored level: nothing lost, the cache emptied before it, SGLang's own cache figure.
-    engine_ab::check_levels_and_verdicts(
+    let job = engine_ab::run_job(
         &mut c,
-        &r.job_id,
-        "sglang:cached_tokens_total",
-        "running8",
+        &agent,
+        "SGLang A/B job (on the CPU with a kernel-helper stand-in)",
+        spec,
     )
     .await;
+
+    // Every stored level: nothing lost, the cache emptied before it, SGLang's own cache figure.
+    engine_ab::check_levels_and_verdicts(&mut c, &job, "sglang:cached_tokens_total", "running8")
+        .await;
+    ctl.shutdown().await;
+}
+
+/// Two configs with the same flags, each trial a fresh engine: nothing may be called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aa_job_calls_nothing() {
+    let Rig {
+        agent,
+        ctl,
+        mut c,
+        model,
+        dir: _dir,
+    } = rig().await;
+    let spec = engine_ab::aa_spec("sglang", &model, "--max-running-requests", 4);
+    let job = engine_ab::run_job(&mut c, &agent, "SGLang A/A job (CPU, stand-in)", spec).await;
+    engine_ab::check_aa(&mut c, &job).await;
+    ctl.shutdown().await;
+}
+
+/// A regression suite as CI runs it, twice, with `fleetbench regress --controller`: the first
+/// run has no baseline, the second is compared with the first and passes (its checks are
+/// "forming": one stored run cannot say how much runs differ, so nothing may fail yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regression_suite_runs_twice_and_the_second_run_passes_against_the_first() {
+    let Rig {
+        agent,
+        ctl,
+        c: _c,
+        model,
+        dir,
+    } = rig().await;
+    let suite = format!(
+        r#"name = "sglang-nightly"
+repeats = 2
+
+[[configs]]
+name = "running8"
+engine = "sglang"
+model = {model:?}
+flags = {{ "--max-running-requests" = 8 }}
+
+[[workloads]]
+name = "random-48-32"
+dataset = "random"
+input_len = 48
+output_len = 32
+ignore_eos = true
+
+[load]
+concurrency = [4]
+requests = 16
+reset_cache = true
+
+[suite]
+baseline = "last-passing"
+metrics = [
+  {{ name = "output_tokens_per_s", tolerance = 0.10 }},
+  {{ name = "itl_p50_ms", direction = "lower", tolerance = 0.10 }},
+  {{ name = "error_rate", tolerance = 0.01 }},
+]
+"#
+    );
+    let path = dir.path().join("suite.toml");
+    std::fs::write(&path, suite).unwrap();
+    let url = format!("http://{}", ctl.addr);
+    let regress = |run: &str| {
+        let (path, url, data) = (
+            path.clone(),
+            url.clone(),
+            dir.path().join(format!("cli-{run}")),
+        );
+        tokio::task::spawn_blocking(move || {
+            let t = std::time::Instant::now();
+            let o = fleetbench_testkit::fleetbench_cli()
+                .arg("regress")
+                .arg(&path)
+                .args(["--controller", &url, "--data-dir"])
+                .arg(&data)
+                .output()
+                .expect("run fleetbench regress");
+            (o, t.elapsed().as_secs_f64())
+        })
+    };
+    let (first, s1) = regress("1").await.unwrap();
+    let out1 = fleetbench_testkit::output_text(&first);
+    println!("SGLang suite, run 1 ({s1:.0} s):\n{out1}");
+    assert_eq!(first.status.code(), Some(0), "{out1}\n{}", agent.log_text());
+    assert!(out1.contains("baseline: none (first run"), "{out1}");
+    let first_job = out1
+        .split("(job ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .expect("the first run's job id")
+        .to_string();
+
+    let (second, s2) = regress("2").await.unwrap();
+    let out2 = fleetbench_testkit::output_text(&second);
+    println!("SGLang suite, run 2 ({s2:.0} s):\n{out2}");
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{out2}\n{}",
+        agent.log_text()
+    );
+    assert!(
+        out2.contains(&format!("baseline: {first_job}")),
+        "the second run is not compared with the first ({first_job}):\n{out2}"
+    );
+    assert!(out2.contains("forming"), "{out2}");
+    assert!(!out2.contains("REGRESSED"), "{out2}");
     ctl.shutdown().await;
 }

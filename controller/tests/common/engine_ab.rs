@@ -1,10 +1,121 @@
 //! The checks an A/B job on a real engine ends with (`vllm_job`, `sglang_job`): every stored
 //! level complete with the cache emptied before it and the engine's own cache figure, and the
-//! verdicts printed and asserted (nothing called at c=1, `winner` significant at c=8).
+//! verdicts printed and asserted (nothing called at c=1, `winner` significant at c=8); and the
+//! A/A job both run beside it (two configs with the same flags: nothing may be called).
 
-use fleetbench_proto::controllerpb::{CompareRequest, GetResultsRequest};
+use std::time::{Duration, Instant};
 
-use super::Client;
+use fleetbench_proto::controllerpb::{
+    CompareRequest, GetResultsRequest, JobState, SubmitJobRequest,
+};
+
+use super::{Client, Proc, wait_job};
+
+/// The level the A/A verdict is asserted at. An A/A job's "significant" is a false call by
+/// construction, made at the test's alpha: at the users' default 5% the test would fail one
+/// CI run in twenty with nothing wrong. At 0.1% it still fails when something biases one twin
+/// (the first start after a cold page cache, a restart that leaks state into the next trial, a
+/// paired analysis that pairs the wrong runs); the verdict at the default level is printed.
+pub const AA_ALPHA: f64 = 0.001;
+
+/// Submits `spec`, waits until the job succeeds (the agent's log in the message otherwise) and
+/// returns its id; prints how long it took under `what`.
+pub async fn run_job(c: &mut Client, agent: &Proc, what: &str, spec: String) -> String {
+    let t = Instant::now();
+    let r = c
+        .submit_job(SubmitJobRequest {
+            spec_toml: spec,
+            file_name: format!("{what}.toml"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let job = wait_job(c, &r.job_id, Duration::from_secs(900)).await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded as i32,
+        "{job:?}\n{}",
+        agent.log_text()
+    );
+    println!("{what}: {:.0} s", t.elapsed().as_secs_f64());
+    r.job_id
+}
+
+/// An A/A job: `a` and its twin `b` (which extends `a` and changes nothing), 2 repeats
+/// interleaved, so every trial restarts the engine, one level at concurrency 4 of 16 requests.
+pub fn aa_spec(engine: &str, model: &str, flag: &str, value: u32) -> String {
+    format!(
+        r#"name = "{engine}-aa"
+repeats = 2
+order = "interleaved"
+
+[[configs]]
+name = "a"
+engine = "{engine}"
+model = {model:?}
+flags = {{ "{flag}" = {value} }}
+
+[[configs]]
+name = "b"
+extends = "a"
+
+[[workloads]]
+name = "random-48-32"
+dataset = "random"
+input_len = 48
+output_len = 32
+ignore_eos = true
+
+[load]
+concurrency = [4]
+requests = 16
+reset_cache = true
+"#
+    )
+}
+
+/// The A/A job's one level: every trial complete, the twins tested and nothing called at
+/// [`AA_ALPHA`]; the verdict at the default level printed beside it.
+pub async fn check_aa(c: &mut Client, job_id: &str) {
+    let res = c
+        .get_results(GetResultsRequest {
+            job_ids: vec![job_id.to_string()],
+            include_telemetry: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(res.levels.len(), 2 * 2, "{:?}", res.levels);
+    for l in &res.levels {
+        let result = l.result.as_ref().expect("a stored result");
+        assert_eq!((result.completed, result.sent), (16, 16), "{result:?}");
+    }
+    let compare = |alpha| {
+        let mut c = c.clone();
+        let job_ids = vec![job_id.to_string()];
+        async move {
+            c.compare(CompareRequest { job_ids, alpha })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let default = compare(0.0).await;
+    let strict = compare(AA_ALPHA).await;
+    for g in &default.groups {
+        println!("A/A {} at the default level: {}", g.level_label, g.verdict);
+    }
+    assert_eq!(strict.groups.len(), 1, "{strict:?}");
+    let g = &strict.groups[0];
+    assert!(g.tested, "{}", g.verdict);
+    assert!(
+        !g.margin_significant,
+        "identical configs called different at alpha {AA_ALPHA}: {}",
+        g.verdict
+    );
+}
 
 /// Checks the job's 3 repeats x 2 configs x 2 levels of 16 requests of 32 tokens each, whose
 /// cache figure came from `cache_counter`, then its comparison.
