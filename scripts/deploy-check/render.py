@@ -3,12 +3,17 @@ library: no cluster, no helm binary) and lints it strictly. Prints every rendere
 YAML stream on stdout; lint findings and render errors go to stderr with exit status 1.
 
     render.py CHART [--set-json '{"agent": {"engine": "vllm"}}'] [--namespace NS] [--release NAME]
+              [--api-versions monitoring.coreos.com/v1/ServiceMonitor,...]
+
+--api-versions adds API versions to the built-in ones that `.Capabilities.APIVersions` offers, as
+`helm template --api-versions` does: a cluster with the prometheus-operator's CRDs.
 """
 import argparse
 import json
 import sys
 
 import helm_python
+from helm_python import _native
 from helm_python import chart as helm_chart
 
 
@@ -19,6 +24,7 @@ def main() -> int:
     ap.add_argument("--namespace", default="fleetbench")
     ap.add_argument("--release", default="fleetbench")
     ap.add_argument("--kube-version", default="v1.31.0")
+    ap.add_argument("--api-versions", default="", help="comma-separated, e.g. monitoring.coreos.com/v1/ServiceMonitor")
     a = ap.parse_args()
     values = json.loads(a.set_json)
     report = helm_chart.lint(a.chart, values, strict=True, namespace=a.namespace,
@@ -31,8 +37,16 @@ def main() -> int:
             print(f"helm lint: {e}", file=sys.stderr)
         return 1
     c = helm_python.Chart.load(a.chart)
+    api_versions = [v for v in a.api_versions.split(",") if v]
     try:
-        out = c.render(values, name=a.release, namespace=a.namespace, is_install=True)
+        if api_versions:
+            # Chart.render has no parameter for them; Helm's own render options do.
+            opts = {"name": a.release, "namespace": a.namespace, "is_install": True,
+                    "api_versions": api_versions}
+            out = json.loads(_native.call_string("helm_render", c._raw(), json.dumps(values),
+                                                 json.dumps(opts)))
+        else:
+            out = c.render(values, name=a.release, namespace=a.namespace, is_install=True)
     except Exception as e:  # HelmRenderError / HelmValuesError: the message names the template
         print(f"helm render: {e}", file=sys.stderr)
         return 1

@@ -29,12 +29,21 @@ pub fn python() -> PathBuf {
     py
 }
 
+/// The API a cluster with the prometheus-operator serves (`helm template --api-versions`).
+pub const OPERATOR: &[&str] = &["monitoring.coreos.com/v1/ServiceMonitor"];
+
 /// The chart rendered with `values` (JSON merged over values.yaml): YAML text.
 pub fn render(values: &str) -> Result<String, String> {
+    render_with(values, &[])
+}
+
+/// The chart rendered for a cluster that also serves `api_versions`.
+pub fn render_with(values: &str, api_versions: &[&str]) -> Result<String, String> {
     let out = Command::new(python())
         .arg(root().join("scripts/deploy-check/render.py"))
         .arg(root().join("deploy/helm/fleetbench"))
         .args(["--set-json", values])
+        .args(["--api-versions", &api_versions.join(",")])
         .output()
         .expect("run render.py");
     if out.status.success() {
