@@ -28,6 +28,7 @@ pub fn crash_class_to_proto(c: CrashClass) -> agentpb::CrashClass {
         CrashClass::PortInUse => agentpb::CrashClass::PortInUse,
         CrashClass::StartupTimeout => agentpb::CrashClass::StartupTimeout,
         CrashClass::KilledBySignal => agentpb::CrashClass::KilledBySignal,
+        CrashClass::KilledExternally => agentpb::CrashClass::KilledExternally,
         CrashClass::ExitCode => agentpb::CrashClass::ExitCode,
         CrashClass::Unhealthy => agentpb::CrashClass::Unhealthy,
     }

@@ -122,3 +122,121 @@ async fn a_read_only_host_refuses_the_lease_and_its_trial_runs_elsewhere() {
         "41\n"
     );
 }
+
+/// The pid of the simulated engine an agent runs on `port` (its command line names the port).
+fn sim_engine_on(port: u16) -> Option<i32> {
+    let port = port.to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        let is_sim = args.first().is_some_and(|a| a.ends_with(b"fleetbench-sim"));
+        (is_sim && args.contains(&port.as_bytes())).then_some(pid)
+    })
+}
+
+/// Issue 22: an engine SIGKILLed from outside (an operator, another program) was charged to the
+/// config as its crash and decided the verdict. Now the agent tells that kill from its own stops
+/// and from the kernel's OOM killer and says `killed_externally`; the controller stores nothing
+/// of the interrupted level, keeps the config's record clean, and runs the trial again, which
+/// skips the level already stored. One host: the trial runs again there (nothing else could).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_killed_from_outside_mid_level_decides_nothing_and_its_trial_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = fleetbench_testkit::free_port();
+    let agent = spawn_agent(dir.path(), "h1", port);
+    let cfg = controller_config(dir.path(), "127.0.0.1:0", &[&agent]);
+    let ctl = spawn_controller(&cfg, &dir.path().join("controller.log"));
+    let mut client = client(ctl.addr).await;
+    // Two levels of 3 s each: the kill lands in the second, after the first is stored.
+    let spec = r#"name = "outside"
+
+[[configs]]
+name = "A"
+engine = "sim"
+model = "sim-model"
+flags = { "--ttft-ms" = 20, "--itl-ms" = 10 }
+
+[[workloads]]
+name = "short"
+dataset = "random"
+input_len = 16
+output_len = 16
+
+[load]
+concurrency = [1, 2]
+duration = "3s"
+"#;
+    let job_id = submit_trials(&mut client, spec.to_string(), "outside.toml", 1).await;
+    let mut events = watch(&mut client, &job_id).await;
+    let mut messages = Vec::new();
+    let mut killed = None;
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(120), events.message())
+        .await
+        .expect("job events keep coming")
+        .unwrap()
+    {
+        match ev.event {
+            Some(job_event::Event::Level(_)) if killed.is_none() => {
+                // The first level is stored and the second has begun: kill its engine.
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                let pid = sim_engine_on(port).expect("the engine of the running level");
+                let st = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                killed = Some(pid);
+            }
+            Some(job_event::Event::Message(m)) => messages.push(m),
+            _ => {}
+        }
+    }
+    assert!(
+        killed.is_some(),
+        "no level was stored before the end: {messages:#?}"
+    );
+    let note = messages
+        .iter()
+        .find(|m| m.contains("interrupted on host h1"))
+        .unwrap_or_else(|| panic!("the trial was not interrupted: {messages:#?}"));
+    eprintln!("{note}");
+    assert!(
+        note.contains("killed_externally") && note.contains("re-running the trial"),
+        "{note}"
+    );
+
+    let job = wait_job(&mut client, &job_id, Duration::from_secs(120)).await;
+    assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
+    let store = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("controller.db").display()
+    ))
+    .await
+    .unwrap();
+    // Both levels stored once, neither crashed: the first from the first attempt, the second
+    // measured again by the second.
+    let levels = store.levels(&job_id).await.unwrap();
+    let outcomes: Vec<(u32, u32, i32)> = levels
+        .iter()
+        .map(|l| {
+            let r = l.result.as_ref().unwrap();
+            (r.level_index, l.attempt, r.outcome)
+        })
+        .collect();
+    let done = fleetbench_proto::agentpb::LevelOutcome::Ok as i32;
+    assert_eq!(outcomes, [(0, 1, done), (1, 2, done)], "{levels:#?}");
+    // The first run carries the kill, named as such; nothing is charged to the config.
+    let runs = store.runs(&job_id).await.unwrap();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let crash = runs[0].crash.as_ref().expect("the first run's end");
+    assert_eq!(
+        crash.class(),
+        fleetbench_proto::agentpb::CrashClass::KilledExternally,
+        "{crash:?}"
+    );
+    assert!(crash.summary.contains("SIGKILL"), "{}", crash.summary);
+    assert_eq!(runs[1].state, RunState::Done as i32, "{runs:#?}");
+    assert!(runs[1].crash.is_none(), "{runs:#?}");
+    drop(agent);
+}

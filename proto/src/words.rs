@@ -68,6 +68,14 @@ impl Word for JobKind {
     }
 }
 
+impl CrashClass {
+    /// Whether the engine's end is the host's or someone else's doing, never the config's: it
+    /// decides no verdict, and the trial runs again on another host.
+    pub fn not_the_configs(self) -> bool {
+        matches!(self, CrashClass::HostFault | CrashClass::KilledExternally)
+    }
+}
+
 impl JobState {
     /// Whether a job in this state will never change again (succeeded, failed, cancelled).
     pub fn is_final(self) -> bool {

@@ -5,6 +5,7 @@
 pub mod group;
 pub mod leftover;
 pub mod logs;
+pub(crate) mod oom;
 mod release;
 pub(crate) mod spawn;
 mod task;

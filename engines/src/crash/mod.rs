@@ -28,6 +28,11 @@ pub struct ExitInfo {
     pub unhealthy: bool,
     /// The port was already taken before the engine started.
     pub port_in_use_before_start: bool,
+    /// The termination signal that ended it (`signal`) came from outside: the agent was not
+    /// stopping it, and the kernel's OOM killer did not kill it.
+    pub from_outside: bool,
+    /// The kernel's OOM killer ended it (the agent's cgroup counted an OOM kill meanwhile).
+    pub oom_killer: bool,
 }
 
 /// The class of a crash.
@@ -50,6 +55,9 @@ pub enum CrashClass {
     StartupTimeout,
     /// Ended by a signal, no other evidence.
     KilledBySignal,
+    /// Ended by a termination signal from outside fleetbench (not the agent, not the kernel's
+    /// OOM killer), no evidence in the log: not the config's doing.
+    KilledExternally,
     /// Exited with a code, no other evidence.
     ExitCode,
     /// Alive but failing its health probe, no other evidence.
@@ -57,7 +65,7 @@ pub enum CrashClass {
 }
 
 impl CrashClass {
-    pub const ALL: [CrashClass; 10] = [
+    pub const ALL: [CrashClass; 11] = [
         CrashClass::Oom,
         CrashClass::Nan,
         CrashClass::PythonException,
@@ -66,6 +74,7 @@ impl CrashClass {
         CrashClass::PortInUse,
         CrashClass::StartupTimeout,
         CrashClass::KilledBySignal,
+        CrashClass::KilledExternally,
         CrashClass::ExitCode,
         CrashClass::Unhealthy,
     ];
@@ -80,6 +89,7 @@ impl CrashClass {
             CrashClass::PortInUse => "port_in_use",
             CrashClass::StartupTimeout => "startup_timeout",
             CrashClass::KilledBySignal => "killed_by_signal",
+            CrashClass::KilledExternally => "killed_externally",
             CrashClass::ExitCode => "exit_code",
             CrashClass::Unhealthy => "unhealthy",
         }
@@ -132,6 +142,10 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
             .map(|e| e.line.clone())
             .unwrap_or_else(|| "the port was in use before the engine started".to_string());
         (CrashClass::PortInUse, String::new(), msg, Vec::new())
+    } else if exit.oom_killer {
+        // The kernel says so: host memory, whatever the log shows before the kill.
+        let msg = "killed by the kernel's OOM killer (host memory)".to_string();
+        (CrashClass::Oom, String::new(), msg, Vec::new())
     } else if let Some(ev) = patterns::strongest(&evidence).filter(|ev| match ev.class {
         // NCCL errors after another rank's Python error are its fallout, not its cause.
         CrashClass::Nccl => !traceback::primary(&tracebacks).is_some_and(|t| {
@@ -177,6 +191,13 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
                 Vec::new(),
             ),
         }
+    } else if exit.from_outside && exit.signal.is_some() {
+        // A traceback before it is what a signal handler or a served request printed, not why
+        // it died: a specific cause in the log (above) is what would make it the config's.
+        let msg = "killed from outside fleetbench (not by its agent, not by the kernel's OOM \
+                   killer)"
+            .to_string();
+        (CrashClass::KilledExternally, String::new(), msg, Vec::new())
     } else if let Some(tb) = traceback::primary(&tracebacks) {
         (
             CrashClass::PythonException,

@@ -20,6 +20,49 @@ fn signal_without_evidence_is_killed_by_signal() {
 }
 
 #[test]
+fn a_kill_from_outside_is_not_the_configs_unless_the_log_or_the_kernel_says_otherwise() {
+    let outside = ExitInfo {
+        signal: Some(9),
+        from_outside: true,
+        ..Default::default()
+    };
+    // Nothing in the log: someone else's doing. A traceback printed before (a request's error,
+    // a signal handler) does not make it the config's.
+    for log in [
+        "[2026-01-01 00:00:00] serving",
+        "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\nValueError: bad request",
+    ] {
+        let c = classify(EngineKind::Sglang, &outside, &lines(log));
+        assert_eq!(c.class, CrashClass::KilledExternally, "{log}");
+        assert!(
+            c.summary.contains("killed from outside fleetbench")
+                && c.summary.contains("SIGKILL (9)"),
+            "{}",
+            c.summary
+        );
+    }
+    // A specific cause in the log is still the config's.
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB";
+    assert_eq!(
+        classify(EngineKind::Vllm, &outside, &lines(oom)).class,
+        CrashClass::Oom
+    );
+    // The kernel's OOM killer (the cgroup counted it): host memory, the config's.
+    let kernel = ExitInfo {
+        signal: Some(9),
+        oom_killer: true,
+        ..Default::default()
+    };
+    let c = classify(EngineKind::Sglang, &kernel, &lines("serving"));
+    assert_eq!(c.class, CrashClass::Oom);
+    assert!(c.summary.contains("OOM killer"), "{}", c.summary);
+    assert_eq!(
+        CrashClass::parse("killed_externally"),
+        Some(CrashClass::KilledExternally)
+    );
+}
+
+#[test]
 fn exit_code_and_timeouts_without_evidence() {
     let exit = ExitInfo {
         code: Some(3),

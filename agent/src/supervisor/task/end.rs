@@ -4,6 +4,10 @@
 use super::*;
 use fleetbench_proto::Word;
 
+/// Signals that end a process from outside (SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM); an
+/// engine's own faults end it with others (SIGSEGV, SIGABRT, SIGBUS, ...).
+const OUTSIDE_SIGNALS: [i32; 5] = [1, 2, 3, 9, 15];
+
 impl Task {
     /// The engine's child exited on its own.
     pub(super) async fn on_exit(&mut self, status: std::io::Result<std::process::ExitStatus>) {
@@ -27,10 +31,21 @@ impl Task {
             (_, Some(s)) => format!("engine killed by signal {s}"),
             _ => "engine exited".to_string(),
         };
+        // The agent was not stopping it (a stop takes the engine first), so a termination
+        // signal came from elsewhere: the kernel's OOM killer if our cgroup counted a kill since
+        // the spawn, else someone outside fleetbench (unknown counts read as outside).
+        let terminated = signal.is_some_and(|s| OUTSIDE_SIGNALS.contains(&s));
+        let kernel = signal == Some(9)
+            && matches!(
+                (e.oom_kills_at_spawn, super::super::oom::kills()),
+                (Some(before), Some(now)) if now > before
+            );
         self.fail_running(
             ExitInfo {
                 code,
                 signal,
+                from_outside: terminated && !kernel,
+                oom_killer: kernel,
                 ..Default::default()
             },
             msg,

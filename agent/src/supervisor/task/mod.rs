@@ -78,6 +78,9 @@ struct Engine {
     span: tracing::Span,
     /// Members that left the group, as last written to the leftover note.
     noted_strays: Vec<(i32, u64)>,
+    /// The kernel's OOM kills in our memory cgroup at the spawn, if countable: a SIGKILL with
+    /// the count risen since is the kernel's, otherwise someone else's.
+    oom_kills_at_spawn: Option<u64>,
 }
 
 pub(super) struct Task {
@@ -389,6 +392,7 @@ impl Task {
             output_done,
             span,
             noted_strays: Vec::new(),
+            oom_kills_at_spawn: super::oom::kills(),
         });
         self.apply_events = events;
     }

@@ -99,6 +99,26 @@ impl Attempt<'_> {
         }
         let crashed = result.outcome == LevelOutcome::Crashed as i32;
         let crash_class = result.crash.as_ref().map(|c| c.class());
+        // An engine killed from outside mid-level measured nothing of the config: the level is
+        // not stored (it would decide the verdict as the config's crash) and the trial runs
+        // again, skipping the levels already stored, as after a fenced-off attempt.
+        if let Some(crash) = result
+            .crash
+            .as_ref()
+            .filter(|c| c.class().not_the_configs())
+        {
+            tracing::warn!(
+                level = result.level_index,
+                summary = %crash.summary,
+                "level interrupted from outside: not stored"
+            );
+            self.run.crash = Some(crash.clone());
+            self.ctx.store.put_run(&self.run).await?;
+            return Err(Stop::Outside(format!(
+                "host {}: level {} interrupted: {}",
+                self.host, result.level_index, crash.summary
+            )));
+        }
         // Two sample intervals: the sample that covers the level's end is on its way.
         let gpu_power_w = self
             .power

@@ -56,6 +56,9 @@ enum Stop {
     HostFault(String),
     /// A call was refused under our lease epoch (ABORTED): another holder has the engine.
     Fenced(String),
+    /// The engine was killed from outside fleetbench: the host answers and is not at fault,
+    /// the config is not either; the level in progress is not stored and the trial runs again.
+    Outside(String),
     Rejected(String),
     Cancelled,
     Store(StoreError),
@@ -231,7 +234,7 @@ impl Attempt<'_> {
             Ok(()) => TrialOutcome::Done,
             Err(Stop::Lost(e)) => TrialOutcome::DiedRunning(e),
             Err(Stop::HostFault(e)) => TrialOutcome::HostLost(e),
-            Err(Stop::Fenced(e)) => TrialOutcome::Interrupted(e),
+            Err(Stop::Fenced(e) | Stop::Outside(e)) => TrialOutcome::Interrupted(e),
             Err(Stop::Rejected(e)) => TrialOutcome::EngineFailed(e),
             Err(Stop::Cancelled) => {
                 // A deposed leader leaves the engine to the new one (which applies its own).
@@ -427,10 +430,15 @@ impl Attempt<'_> {
     async fn engine_failed(&mut self, crash: Crash) -> Stop {
         let class = crash.class();
         // The host could not start it (a read-only or full data directory): the host's fault,
-        // not the config's; no result is stored and the trial goes to another host.
+        // not the config's; no result is stored and the trial goes to another host. Killed from
+        // outside while starting: nobody's fault here; the trial runs again.
         if class == fleetbench_proto::agentpb::CrashClass::HostFault {
             tracing::warn!(summary = %crash.summary, "the host could not start the engine");
             return Stop::HostFault(format!("host {}: {}", self.host, crash.summary));
+        }
+        if class.not_the_configs() {
+            tracing::warn!(summary = %crash.summary, "the engine was killed from outside");
+            return Stop::Outside(format!("host {}: {}", self.host, crash.summary));
         }
         tracing::warn!(class = ?class, summary = %crash.summary, "engine failed to start");
         let span = tracing::Span::current();
