@@ -9,8 +9,10 @@ client figure is set beside the engine's figure over exactly the requests that c
 
 - output tokens: the client's count against the engine's generation counter;
 - TTFT and ITL means: the client's against the engine's own histograms (sum / count);
-- client CPU per 1,000 output tokens: user + system time of the client process and its children
-  (getrusage), divided by the engine's output tokens.
+- client CPU per 1,000 output tokens: user + system time of the client process (sampled from
+  /proc every 50 ms beside the engine's token counter) from its first generated token to its
+  last, divided by the tokens the engine generated in between: start-up (Python imports,
+  tokenizer, prompt building) and teardown are left out.
 
 Only the engine's histograms can say which client is closer to the truth: the clients' own
 figures differ by definition (what counts as the first token, per-chunk or per-token gaps) and by
@@ -27,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import socket
@@ -118,17 +119,46 @@ def start_engine(args, venv, port, work):
     sys.exit(f"{args.engine} not ready in 300 s; log: {work / 'engine.log'}")
 
 
-def run_client(cmd, env, cwd):
-    """Runs one client to the end; returns (seconds of CPU of it and its children, wall s)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def proc_cpu_s(pid):
+    """User + system CPU seconds of a process and its reaped children (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    # utime, stime, cutime, cstime are fields 14-17 (1-based); after ")" they start at index 11.
+    return sum(int(x) for x in fields[11:15]) / ticks
+
+
+def run_client(cmd, env, cwd, engine):
+    """Runs one client to the end, sampling its CPU time and the engine's generated tokens
+    every 50 ms. Returns (CPU s per generated token while tokens were being generated, wall s):
+    from the first sample with a new token to the last, so the client's start-up (imports,
+    tokenizer, prompt building) and teardown are left out."""
+    base, counter = engine
     t = time.time()
-    r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    out = open(Path(cwd) / "client.log", "w")
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    start = scrape(base, counter.split(":")[0]).get(counter, 0.0)
+    first = last = None
+    while p.poll() is None:
+        try:
+            cpu = proc_cpu_s(p.pid)
+            tokens = scrape(base, counter.split(":")[0]).get(counter, 0.0) - start
+        except (OSError, IndexError):
+            break
+        if tokens > 0:
+            if first is None:
+                first = (cpu, tokens)
+            last = (cpu, tokens)
+        time.sleep(0.05)
+    p.wait()
     wall = time.time() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if r.returncode != 0:
-        sys.exit(f"{cmd[0]} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, wall
+    if p.returncode != 0:
+        sys.exit(f"{cmd[0]} failed ({p.returncode}): see {cwd}/client.log:\n"
+                 + (Path(cwd) / "client.log").read_text()[-3000:])
+    per_token = None
+    if first and last and last[1] > first[1]:
+        per_token = (last[0] - first[0]) / (last[1] - first[1])
+    return per_token, wall
 
 
 def fleetbench_client(args, base, model, work):
@@ -137,7 +167,7 @@ def fleetbench_client(args, base, model, work):
            "random", "--input-len", str(args.input_len), "--output-len", str(args.output_len),
            "--num-prompts", str(args.requests), "--concurrency", str(args.concurrency),
            "--warmup", "0", "--output-json", str(out)]
-    cpu, wall = run_client(cmd, dict(os.environ), work)
+    cpu, wall = run_client(cmd, dict(os.environ), work, (base, args.counter))
     level = json.loads(out.read_text())
     level = level["levels"][0] if isinstance(level, dict) and "levels" in level else level[0]
     return {
@@ -146,7 +176,7 @@ def fleetbench_client(args, base, model, work):
         "ttft_mean_ms": level["ttft_ms"]["mean"],
         "itl_mean_ms": level["itl_ms"]["mean"],
         "output_tokens_per_s": level["output_tokens_per_s"],
-        "cpu_s": cpu,
+        "cpu_s_per_token": cpu,
         "wall_s": wall,
     }
 
@@ -162,7 +192,7 @@ def engine_client(args, venv, base, model, work):
                "--num-warmups", "0", "--save-result", "--result-dir", str(work),
                "--result-filename", "engine-client.json"]
         name = "vllm bench serve"
-        cpu, wall = run_client(cmd, env, work)
+        cpu, wall = run_client(cmd, env, work, (base, args.counter))
         r = json.loads((work / "engine-client.json").read_text())
     else:
         env["PYTHONPATH"] = str(ROOT / "scripts/engines/sgl_kernel_cpu_standin")
@@ -173,7 +203,7 @@ def engine_client(args, venv, base, model, work):
                "--num-prompts", str(args.requests), "--max-concurrency", str(args.concurrency),
                "--warmup-requests", "0", "--output-file", str(work / "engine-client.jsonl")]
         name = "sglang bench_serving"
-        cpu, wall = run_client(cmd, env, work)
+        cpu, wall = run_client(cmd, env, work, (base, args.counter))
         r = json.loads((work / "engine-client.jsonl").read_text().strip().splitlines()[-1])
     return {
         "client": name,
@@ -181,7 +211,7 @@ def engine_client(args, venv, base, model, work):
         "ttft_mean_ms": r["mean_ttft_ms"],
         "itl_mean_ms": r["mean_itl_ms"],
         "output_tokens_per_s": r["output_throughput"],
-        "cpu_s": cpu,
+        "cpu_s_per_token": cpu,
         "wall_s": wall,
     }
 
@@ -213,6 +243,7 @@ def main():
     if not Path(args.fleetbench).is_file():
         sys.exit(f"--fleetbench {args.fleetbench}: not built (cargo build --release -p fleetbench)")
     prefix = {"vllm": "vllm", "sglang": "sglang"}[args.engine]
+    args.counter = f"{prefix}:generation_tokens_total"
     work = Path(tempfile.mkdtemp(prefix="fb-clients-", dir=ROOT / "target"))
     proc, base, model = start_engine(args, venv, free_port(), work)
     rows = []
@@ -223,23 +254,17 @@ def main():
         for rnd in range(args.rounds):
             order = ["fleetbench", "engine"] if rnd % 2 == 0 else ["engine", "fleetbench"]
             for who in order:
-                # Each client at N and 2N requests: the difference is its CPU per request sent,
-                # without its start-up (Python imports, tokenizer loading, prompt building).
-                for n in (args.requests, 2 * args.requests):
-                    a = argparse.Namespace(**{**vars(args), "requests": n})
-                    before = scrape(base, prefix)
-                    c = (fleetbench_client(a, base, model, work) if who == "fleetbench"
-                         else engine_client(a, venv, base, model, work))
-                    time.sleep(1.0)  # the engine updates its metrics after the last chunk
-                    c["engine"] = engine_delta(before, scrape(base, prefix), prefix)
-                    c["round"] = rnd + 1
-                    c["requests"] = n
-                    load.append(os.getloadavg()[0])
-                    rows.append(c)
-                small, big = rows[-2], rows[-1]
-                extra = big["engine"]["output_tokens"] - small["engine"]["output_tokens"]
-                big["cpu_ms_per_1k_tokens"] = (1e6 * (big["cpu_s"] - small["cpu_s"]) / extra
-                                               if extra else None)
+                before = scrape(base, prefix)
+                c = (fleetbench_client(args, base, model, work) if who == "fleetbench"
+                     else engine_client(args, venv, base, model, work))
+                time.sleep(1.0)  # the engine updates its metrics after the last chunk
+                c["engine"] = engine_delta(before, scrape(base, prefix), prefix)
+                c["round"] = rnd + 1
+                c["requests"] = args.requests
+                c["cpu_ms_per_1k_tokens"] = (1e6 * c["cpu_s_per_token"]
+                                             if c["cpu_s_per_token"] is not None else None)
+                load.append(os.getloadavg()[0])
+                rows.append(c)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -253,7 +278,7 @@ def main():
         print(SGLANG_NOTE)
     print(f"{'client':<22}{'rnd':>4}{'reqs':>5}{'tokens':>8}{'engine':>8}{'TTFT ms':>9}"
           f"{'engine':>9}{'diff':>9}{'ITL ms':>8}{'engine':>8}{'diff':>8}{'tok/s':>8}"
-          f"{'CPU s':>7}{'CPU ms/1k':>10}")
+          f"{'CPU ms/1k':>10}")
     for r in rows:
         e = r["engine"]
         k = r.get("cpu_ms_per_1k_tokens")
@@ -262,10 +287,11 @@ def main():
               f"{pct(r['ttft_mean_ms'], e['ttft_mean_ms']):>9}"
               f"{r['itl_mean_ms']:>8.3f}{e['itl_mean_ms'] or 0:>8.3f}"
               f"{pct(r['itl_mean_ms'], e['itl_mean_ms']):>8}"
-              f"{r['output_tokens_per_s']:>8.1f}{r['cpu_s']:>7.2f}"
+              f"{r['output_tokens_per_s']:>8.1f}"
               f"{(f'{k:.1f}' if k is not None else ''):>10}")
-    print(f"CPU ms/1k: the client's CPU (user + system, children included) at 2N requests minus "
-          f"at N, per 1,000 output tokens the engine counted in between (start-up excluded). "
+    print(f"CPU ms/1k: the client's CPU (user + system, reaped children included, sampled "
+          f"every 50 ms) from its first generated token to its last, per 1,000 tokens the "
+          f"engine counted in between (start-up and teardown excluded). "
           f"Load average during the runs: {min(load):.2f}-{max(load):.2f} on {os.cpu_count()} "
           f"CPUs (the engine, the client and anything else on this machine share them).")
     if args.out:
