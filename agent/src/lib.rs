@@ -120,11 +120,15 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
         .into());
     }
     let tls = match &config.tls {
-        Some(t) => Some(fleetbench_support::tls::server_tls(
-            &t.cert,
-            &t.key,
-            &t.client_ca,
-        )?),
+        // Re-read when a renewal rewrites the files (cert-manager at day 60 of 90).
+        Some(t) => Some(
+            fleetbench_support::tls::ServerTlsFiles {
+                cert: t.cert.clone(),
+                key: t.key.clone(),
+                client_ca: t.client_ca.clone(),
+            }
+            .reloading(fleetbench_support::tls::ClientAuth::Required)?,
+        ),
         None => None,
     };
     let registration = match &config.controller {

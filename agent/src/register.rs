@@ -67,6 +67,11 @@ pub async fn run(
                     tracing::warn!(controller = %cfg.address, error = %status, "registration failed; retrying");
                 }
                 last_ok = Some(false);
+                // The channel keeps the client certificate it was built with: after a renewal
+                // rewrote the files (and the old certificate expired) only a new one connects.
+                if let Ok(fresh) = endpoint(&cfg) {
+                    client = ControllerClient::new(fresh.connect_lazy());
+                }
                 cfg.interval_s.min(10)
             }
         };

@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use fleetbench_proto::agentpb::agent_server::AgentServer;
 use fleetbench_support::telemetry::TraceContextLayer;
-use fleetbench_support::tls::{Role, peer_identity};
+use std::sync::Arc;
+
+use fleetbench_support::tls::{ReloadingTls, Role, peer_identity, tls_incoming};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 use crate::service::AgentService;
 
@@ -55,25 +57,23 @@ fn authorize(
 }
 
 /// Serves until `shutdown` completes. With TLS, `allowed` names the controller identities
-/// answered.
+/// answered; the certificate files are re-read when a renewal rewrites them.
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<(ServerTlsConfig, Vec<String>)>,
+    tls: Option<(Arc<ReloadingTls>, Vec<String>)>,
     service: AgentService,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AgentServer<AgentService>>().await;
-    let mut builder = Server::builder()
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
-    let mut allowed = None;
-    if let Some((tls, names)) = tls {
-        builder = builder.tls_config(tls)?;
-        allowed = Some(names);
-    }
+    let (tls, allowed) = match tls {
+        Some((tls, names)) => (Some(tls), Some(names)),
+        None => (None, None),
+    };
     // Each request runs in an `rpc.server` span continuing the caller's trace (W3C traceparent).
-    builder
+    let router = Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .layer(TraceContextLayer)
         .add_service(health_service)
         .add_service(InterceptedService::new(
@@ -81,7 +81,17 @@ pub async fn serve(
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
             authorize(allowed),
-        ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
+        ));
+    match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(tls_incoming(listener, tls), shutdown)
+                .await
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                .await
+        }
+    }
 }

@@ -30,6 +30,8 @@ pub struct ControllerService {
     pub(crate) inventory: Arc<Inventory>,
     /// `[api] shared_agent_identities`: agent certificates that may register other names.
     pub(crate) shared_agent_identities: Arc<Vec<String>>,
+    /// This controller's role: a watch ends when it stops leading.
+    pub(crate) role: crate::leader::RoleRx,
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {
@@ -184,6 +186,7 @@ impl controller_server::Controller for ControllerService {
         // high-water mark: with concurrent writers a lower number can commit later).
         let replayed: std::collections::HashSet<i64> = past.iter().map(|(s, _)| *s).collect();
         let store = self.store().clone();
+        let mut role = self.role.clone();
         let stream = async_stream(move |tx| async move {
             for (_, ev) in past {
                 if tx.send(Ok(ev)).await.is_err() {
@@ -200,7 +203,29 @@ impl controller_server::Controller for ControllerService {
                 return;
             }
             loop {
-                match live.recv().await {
+                // Deposed (or frozen and woken as a standby): this controller's events have
+                // stopped for good. The watcher is told where the leader is and follows the
+                // job there.
+                let received = tokio::select! {
+                    r = live.recv() => Ok(r),
+                    changed = role.wait_for(|r| !matches!(r, crate::leader::Role::Leader { .. })) => {
+                        Err(changed.map(|r| (*r).clone()).ok())
+                    }
+                };
+                let received = match received {
+                    Ok(r) => r,
+                    Err(now) => {
+                        let status = now
+                            .as_ref()
+                            .and_then(crate::authz::not_leading)
+                            .unwrap_or_else(|| {
+                                Status::unavailable("this controller no longer leads")
+                            });
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                };
+                match received {
                     Ok((seq, ev)) => {
                         if seq != 0 && replayed.contains(&seq) {
                             continue;

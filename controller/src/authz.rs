@@ -96,7 +96,7 @@ pub const LEADER_KEY: &str = "fleetbench-leader";
 
 /// UNAVAILABLE for a controller that does not lead, with the leader's URL (message and
 /// [`LEADER_KEY`] metadata) when known: clients retry there.
-fn not_leading(role: &crate::leader::Role) -> Option<Status> {
+pub(crate) fn not_leading(role: &crate::leader::Role) -> Option<Status> {
     use crate::leader::Role;
     match role {
         Role::Leader { .. } => None,

@@ -194,7 +194,7 @@ const FIRST_ELECTION_WAIT: Duration = Duration::from_secs(15);
 fn scrape_policy(config: &ControllerConfig) -> Result<ScrapePolicy, StartError> {
     let tls = match &config.metrics.tls {
         Some(t) => Some(
-            fleetbench_support::tls::https_server_config(&t.cert, &t.key, &t.client_ca)
+            t.reloading(fleetbench_support::tls::ClientAuth::Optional)
                 .map_err(StartError::MetricsTls)?,
         ),
         None => None,
@@ -333,6 +333,7 @@ pub async fn start(
     tasks.push(telemetry_writer);
     let (role_tx, role) = watch::channel(Role::Starting);
     let service = ControllerService {
+        role: role.clone(),
         scheduler: scheduler.clone(),
         inventory: inventory.clone(),
         shared_agent_identities: Arc::new(config.api.shared_agent_identities.clone()),
@@ -342,10 +343,11 @@ pub async fn start(
         tls: config.api.tls.is_some(),
         role: role.clone(),
     };
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &config.api.tls {
-        builder = builder.tls_config(tls.load()?)?;
-    }
+    // Re-read when a renewal rewrites the files (cert-manager at day 60 of 90).
+    let api_tls = match &config.api.tls {
+        Some(t) => Some(t.reloading(fleetbench_support::tls::ClientAuth::Required)?),
+        None => None,
+    };
     let advertise = config.advertise_url.clone().unwrap_or_else(|| {
         let scheme = if config.api.tls.is_some() {
             "https"
@@ -391,13 +393,24 @@ pub async fn start(
         }
     }
 
-    let router = builder.add_service(ControllerServer::with_interceptor(service, check));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let router = tonic::transport::Server::builder()
+        .add_service(ControllerServer::with_interceptor(service, check));
     let stop = shutdown.clone();
     let server = tokio::spawn(async move {
-        router
-            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-            .await
+        match api_tls {
+            Some(tls) => {
+                let incoming = fleetbench_support::tls::tls_incoming(listener, tls);
+                router
+                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                    .await
+            }
+            None => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                router
+                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                    .await
+            }
+        }
     });
     tracing::info!(%addr, %advertise, role = ?*role.borrow(), "controller listening");
     Ok(ControllerHandle {

@@ -189,6 +189,78 @@ fn signal(p: &Proc, sig: &str) {
     assert!(ok, "kill -{sig}");
 }
 
+/// A leader frozen inside a fenced write transaction: its session holds a share lock on the
+/// `leadership` row that the standby's epoch bump waits for, and its socket stays open. The
+/// frozen process's in-flight transaction is stood in for by a session of this test's own with
+/// the controller's session settings (`store::postgres_session`), left idle inside
+/// `SELECT … FOR SHARE`, which is all the server sees of a frozen client. PostgreSQL ends it
+/// after `IDLE_IN_TRANSACTION_S`, and the standby leads within the same bound as for a freeze
+/// outside a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_frozen_inside_a_fenced_write_loses_the_lead_within_the_bound() {
+    use sqlx::{Connection, Executor};
+    let db = TestDatabase::create("frozentx").await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = spawn_agent(dir.path(), "z1", fleetbench_testkit::free_port());
+    let old = spawn_controller(
+        &ha_config(dir.path(), "c1", &url, &[&agent]),
+        &dir.path().join("c1.log"),
+    );
+    let standby = spawn_controller(
+        &ha_config(dir.path(), "c2", &url, &[&agent]),
+        &dir.path().join("c2.log"),
+    );
+    let mut c = client(old.addr).await;
+    c.list_agents(ListAgentsRequest {}).await.unwrap();
+
+    let store = Store::open(&url).await.unwrap();
+    assert_eq!(store.leader().await.unwrap().epoch, 1);
+    let mut frozen_tx = sqlx::AnyConnection::connect(&url).await.unwrap();
+    frozen_tx
+        .execute(sqlx::raw_sql(
+            &fleetbench_controller::store::postgres_session(),
+        ))
+        .await
+        .unwrap();
+    frozen_tx
+        .execute(sqlx::raw_sql(
+            "BEGIN; SELECT epoch FROM leadership WHERE id = 1 FOR SHARE",
+        ))
+        .await
+        .unwrap();
+    signal(&old, "STOP");
+    let frozen = Instant::now();
+    let mut s = client(standby.addr).await;
+    let bound = Duration::from_secs(u64::from(fleetbench_controller::store::IDLE_SESSION_S) + 10);
+    let takeover = loop {
+        if s.list_agents(ListAgentsRequest {}).await.is_ok() {
+            break frozen.elapsed();
+        }
+        assert!(
+            frozen.elapsed() < bound,
+            "no takeover from a leader frozen inside a transaction within {bound:?}:\n{}",
+            standby.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!("takeover from a leader frozen (SIGSTOP) inside a fenced write: {takeover:.2?}");
+    assert_eq!(store.leader().await.unwrap().epoch, 2);
+    // The frozen transaction was ended by the server, not committed.
+    let ended = frozen_tx.execute("COMMIT").await;
+    assert!(
+        ended.is_err(),
+        "the idle transaction was still open: {ended:?}"
+    );
+
+    signal(&old, "CONT");
+    store.close().await;
+    drop(old);
+    drop(standby);
+    drop(agent);
+    db.remove().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_leader_loses_the_lead_and_writes_nothing_when_it_wakes() {
     let db = TestDatabase::create("frozen").await;
@@ -208,6 +280,21 @@ async fn a_frozen_leader_loses_the_lead_and_writes_nothing_when_it_wakes() {
     let mut events = watch(&mut c, &job_id).await;
     stored_levels(&mut events, 2).await;
     drop(events);
+    // A user attached to the leader (given only its address) through the freeze: the watch is
+    // cut (by keep-alive while frozen, or by the deposed leader when it wakes) and goes on at
+    // the new leader to the job's end.
+    let attached = fleetbench_testkit::fleetbench_cli()
+        .args([
+            "watch",
+            &job_id,
+            "--controller",
+            &format!("http://{}", old.addr),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // Frozen, not dead: its socket stays open and the kernel answers keep-alives for it; the
     // server ends its silent lock session after idle_session_timeout.
     signal(&old, "STOP");
@@ -246,6 +333,30 @@ async fn a_frozen_leader_loses_the_lead_and_writes_nothing_when_it_wakes() {
     let mut o = client(old.addr).await;
     let refused = o.list_agents(ListAgentsRequest {}).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let pid = attached.id().to_string();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::task::spawn_blocking(move || attached.wait_with_output()),
+    )
+    .await;
+    let Ok(out) = waited else {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status();
+        panic!("the attached watch still hangs 90 s after the old leader woke");
+    };
+    let out = out.unwrap().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the attached watch did not end well:\n{text}"
+    );
+    assert!(text.contains("the watch was cut"), "{text}");
+    assert!(text.contains("succeeded"), "{text}");
     let store = Store::open(&url).await.unwrap();
     let levels = store.levels(&job_id).await.unwrap();
     let keys: BTreeSet<(String, u32)> = levels

@@ -6,6 +6,9 @@
 //!   controller retried its store calls and took its leader lock again under the same epoch).
 //! - Stopped for good: the job fails and every host it held is free again, as
 //!   `fleetbench agents --json` shows; once the database is back the failure is recorded.
+//! - A PostgreSQL that accepts only TLS (`hostssl`, as managed databases do) is reached with
+//!   `sslmode=verify-full` and the CA named by `sslrootcert`; plaintext and a wrong CA are
+//!   refused.
 
 mod common;
 
@@ -28,6 +31,12 @@ struct PrivatePg {
 
 impl PrivatePg {
     fn start() -> PrivatePg {
+        Self::start_with(None)
+    }
+
+    /// With `tls`: `ssl = on` with this certificate and key, and only `hostssl` connections
+    /// from the network (plaintext refused by pg_hba.conf).
+    fn start_with(tls: Option<(&Path, &Path)>) -> PrivatePg {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .expect("PostgreSQL is installed (scripts/test.sh installs it)")
             .filter_map(|e| e.ok())
@@ -63,6 +72,37 @@ impl PrivatePg {
                 "--no-sync",
             ],
         );
+        if let Some((cert, key)) = tls {
+            let data = PathBuf::from(pg.data());
+            std::fs::copy(cert, data.join("server.crt")).unwrap();
+            std::fs::copy(key, data.join("server.key")).unwrap();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+            )
+            .unwrap();
+            let mut conf = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("postgresql.conf"))
+                .unwrap();
+            use std::io::Write;
+            writeln!(conf, "ssl = on").unwrap();
+            if is_root() {
+                let ok = Command::new("chown")
+                    .args(["-R", "postgres"])
+                    .arg(&data)
+                    .status()
+                    .unwrap()
+                    .success();
+                assert!(ok);
+            }
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                data.join("server.key"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .unwrap();
+        }
         pg.ctl("start");
         pg
     }
@@ -254,4 +294,41 @@ async fn a_store_down_past_the_retry_budget_fails_the_job_and_frees_its_hosts() 
     assert!(job.error.contains("store"), "{}", job.error);
     // Nothing measured is lost: the levels stored before stay.
     assert!(job.levels_done >= 1, "{job:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_that_requires_tls_is_reached_over_verified_tls_only() {
+    let certs_dir = tempfile::tempdir().unwrap();
+    let certs = fleetbench_support::tls::generate_dev_certs(certs_dir.path(), &[], false).unwrap();
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = fleetbench_support::tls::generate_dev_certs(other_dir.path(), &[], false).unwrap();
+    let pg = PrivatePg::start_with(Some((
+        &certs.controller_server.cert,
+        &certs.controller_server.key,
+    )));
+    let url = pg.url();
+
+    let plain = Store::open(&format!("{url}?sslmode=disable")).await;
+    let err = plain.err().expect("plaintext must be refused");
+    assert!(err.to_string().contains("no pg_hba.conf entry"), "{err}");
+
+    let wrong_ca = Store::open(&format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        other.ca_cert.display()
+    ))
+    .await;
+    assert!(
+        wrong_ca.is_err(),
+        "a server certificate of another CA was accepted"
+    );
+
+    let store = Store::open(&format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        certs.ca_cert.display()
+    ))
+    .await
+    .expect("verified TLS to the server");
+    // The store works over it (migrations ran; a read answers).
+    assert_eq!(store.leader().await.unwrap().epoch, 0);
+    store.close().await;
 }

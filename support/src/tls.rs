@@ -3,6 +3,8 @@
 //! - [`server_tls`] / [`client_tls`] load PEM files into tonic's TLS configs; every error names
 //!   the file that was wrong, and the files are parsed here (not first at handshake time) so a
 //!   bad path or a key in the certificate slot is reported when the process starts.
+//! - [`ReloadingTls`] / [`tls_incoming`]: the servers' side, rebuilt from the files when a
+//!   renewal rewrites them (no restart; see `reload`).
 //! - [`issue`]: a CA and the certificates of every identity (`fleetbench certs init`), so a
 //!   first user gets mTLS without openssl.
 
@@ -47,12 +49,14 @@ pub enum TlsError {
 mod files;
 mod issue;
 mod peer;
+mod reload;
 pub use files::{ClientTlsFiles, ServerTlsFiles};
 pub use issue::{
     AgentCert, CertPair, DevCerts, InitOptions, Role, Usage, generate_dev_certs, init_certs,
     issue_agent_certs, parse_agent_spec,
 };
 pub use peer::{PeerIdentity, peer_identity};
+pub use reload::{ClientAuth, HANDSHAKE_TIMEOUT, ReloadingTls, TlsIncoming, tls_incoming};
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
@@ -100,49 +104,6 @@ pub fn server_tls(cert: &Path, key: &Path, client_ca: &Path) -> Result<ServerTls
         .identity(identity)
         .client_ca_root(ca)
         .client_auth_optional(false))
-}
-
-/// Server side of an HTTPS endpoint that authorizes per request (the controller's `/metrics`):
-/// our certificate and key; a client certificate is optional, and when one is presented it must
-/// chain to `client_ca` (the handshake fails otherwise), so that a scraper may prove a role
-/// with its certificate or with a bearer token instead.
-pub fn https_server_config(
-    cert: &Path,
-    key: &Path,
-    client_ca: &Path,
-) -> Result<std::sync::Arc<rustls::ServerConfig>, TlsError> {
-    use std::sync::Arc;
-    let bad = |path: &Path, what: String| TlsError::BadPem {
-        path: path.to_path_buf(),
-        what,
-    };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read_certs(cert)?)
-        .collect::<Result<_, _>>()
-        .map_err(|e| bad(cert, format!("malformed PEM: {e}")))?;
-    let private = PrivateKeyDer::from_pem_slice(&read_key(key)?)
-        .map_err(|e| bad(key, format!("no usable PRIVATE KEY section: {e}")))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(&read_certs(client_ca)?) {
-        let c = c.map_err(|e| bad(client_ca, format!("malformed PEM: {e}")))?;
-        roots
-            .add(c)
-            .map_err(|e| bad(client_ca, format!("not a usable CA certificate: {e}")))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .allow_unauthenticated()
-    .build()
-    .map_err(|e| bad(client_ca, format!("cannot verify clients with it: {e}")))?;
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(cert, format!("TLS versions: {e}")))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, private)
-        .map_err(|e| bad(key, format!("does not match {}: {e}", cert.display())))?;
-    Ok(Arc::new(config))
 }
 
 /// Client side of mTLS: the CA the server's certificate must chain to, our client certificate

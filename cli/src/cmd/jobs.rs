@@ -62,7 +62,7 @@ impl ControllerArgs {
 }
 
 /// The metadata key under which a standby controller names the leader's URL.
-const LEADER_KEY: &str = "fleetbench-leader";
+pub(crate) const LEADER_KEY: &str = "fleetbench-leader";
 
 /// Connects to the controller at `url` (or to the leader among several comma-separated URLs)
 /// with the token and TLS material of `args`. A standby answers every call UNAVAILABLE with
@@ -76,7 +76,7 @@ pub async fn connect(url: &str, args: &ControllerArgs) -> anyhow::Result<Client>
     if candidates.len() <= 1 && !url.contains(',') {
         // One address: connect, and follow a standby's pointer to the leader if it has one.
         let mut c = connect_one(url, args).await?;
-        if let Some(leader) = standby_pointer(&mut c).await?
+        if let Some(leader) = asked(url, standby_pointer(&mut c)).await?
             && leader != url
         {
             eprintln!("{url} is a standby; using the leader at {leader}");
@@ -96,7 +96,7 @@ pub async fn connect(url: &str, args: &ControllerArgs) -> anyhow::Result<Client>
                 continue;
             }
         };
-        match standby_pointer(&mut c).await {
+        match asked(&u, standby_pointer(&mut c)).await {
             Ok(None) => return Ok(c),
             Ok(Some(leader)) => {
                 problems.push(format!("{u}: a standby (leader: {leader})"));
@@ -111,6 +111,19 @@ pub async fn connect(url: &str, args: &ControllerArgs) -> anyhow::Result<Client>
         "no leading controller among --controller {url}:\n  {}",
         problems.join("\n  ")
     )
+}
+
+/// How long a controller may take to say whether it leads: a frozen one (its kernel still
+/// accepts connections) must not hold up the next address of `--controller`.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+async fn asked<T>(
+    url: &str,
+    f: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(ASK_TIMEOUT, f)
+        .await
+        .map_err(|_| anyhow::anyhow!("{url} did not answer within {ASK_TIMEOUT:?}"))?
 }
 
 /// `Some(leader URL)` when this controller is a standby that names its leader; an error when

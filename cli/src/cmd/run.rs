@@ -145,7 +145,7 @@ async fn submit_and_follow(
     );
     let stop = fleetbench_support::signal::stop_signal().context("watching SIGINT and SIGTERM")?;
     let job = tokio::select! {
-        j = follow(&mut client, &resp.job_id) => j?,
+        j = follow(&mut client, &resp.job_id, url, &args.controller) => j?,
         signal = stop => {
             eprintln!("{}: cancelling job {} (stopping engines)…", signal.name(), resp.job_id);
             let job = client

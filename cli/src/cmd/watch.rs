@@ -32,7 +32,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let job = if args.json {
         super::watch_json::follow_json(&mut client, &args.job_id).await?
     } else {
-        follow(&mut client, &args.job_id).await?
+        let url = args.controller.url()?;
+        follow(&mut client, &args.job_id, url, &args.controller).await?
     };
     Ok(exit_code(&job))
 }
@@ -174,18 +175,131 @@ fn trial_state(t: &TrialEvent) -> TrialState {
     TrialState::try_from(t.state).unwrap_or(TrialState::Unspecified)
 }
 
-/// Follows a job until it ends; returns its final state.
-pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
-    let mut stream = client
-        .watch_job(WatchJobRequest {
-            job_id: job_id.to_string(),
-        })
-        .await
-        .with_context(|| format!("WatchJob {job_id}"))?
-        .into_inner();
+/// How long [`follow`] keeps trying to find a leading controller after its watch was cut
+/// (a takeover takes seconds; see docs/controller.md).
+const REJOIN_FOR: Duration = Duration::from_secs(60);
+
+/// Follows a job until it ends; returns its final state. When the controller stops leading
+/// (deposed, frozen, killed) the watch goes on at the leader: the one the deposed controller
+/// names, else the first of `url` (the `--controller` list) that leads. Events the new watch
+/// replays from before the cut are not shown twice.
+pub async fn follow(
+    client: &mut Client,
+    job_id: &str,
+    url: &str,
+    args: &ControllerArgs,
+) -> anyhow::Result<Job> {
     let mut bars = Bars::new();
     let mut last: Option<Job> = None;
-    while let Some(ev) = stream.message().await.context("watching the job")? {
+    // The newest event shown: a watch opened after a cut replays the job's stored past.
+    let mut shown_ms = 0i64;
+    'watch: loop {
+        let opened = client
+            .watch_job(WatchJobRequest {
+                job_id: job_id.to_string(),
+            })
+            .await;
+        let mut stream = match opened {
+            Ok(s) => s.into_inner(),
+            Err(s) if shown_ms > 0 && rejoinable(&s) => {
+                *client = rejoin(&bars, &s, url, args).await?;
+                continue 'watch;
+            }
+            Err(s) => return Err(s).with_context(|| format!("WatchJob {job_id}")),
+        };
+        loop {
+            let ev = match stream.message().await {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break 'watch,
+                Err(s) if rejoinable(&s) => {
+                    *client = rejoin(&bars, &s, url, args).await?;
+                    continue 'watch;
+                }
+                Err(s) => return Err(s).context("watching the job"),
+            };
+            let is_job = matches!(ev.event, Some(job_event::Event::Job(_)));
+            if !is_job && ev.unix_ms < shown_ms {
+                continue;
+            }
+            shown_ms = shown_ms.max(ev.unix_ms).max(1);
+            if let Some(job) = show(&mut bars, ev) {
+                let done = JobState::is_final_value(job.state);
+                last = Some(job);
+                if done {
+                    break 'watch;
+                }
+            }
+        }
+    }
+    bars.finish();
+    let job = last.context("the watch ended before the job's state was sent")?;
+    println!(
+        "job {} ({}): {}  trials {}/{}  levels {}/{}  crashes {}{}",
+        job.id,
+        job.name,
+        JobState::word_of(job.state),
+        job.trials_done,
+        job.trials_total,
+        job.levels_done,
+        job.levels_total,
+        job.crashes,
+        if job.error.is_empty() {
+            String::new()
+        } else {
+            format!("\n  error: {}", job.error)
+        }
+    );
+    Ok(job)
+}
+
+/// A cut watch worth following elsewhere: the controller stopped leading or went away.
+fn rejoinable(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+    )
+}
+
+/// A client of the leader after a cut: the one the deposed controller named, else the first
+/// leading controller of `url`, tried every second for [`REJOIN_FOR`].
+async fn rejoin(
+    bars: &Bars,
+    why: &tonic::Status,
+    url: &str,
+    args: &ControllerArgs,
+) -> anyhow::Result<Client> {
+    let named = why
+        .metadata()
+        .get(super::jobs::LEADER_KEY)
+        .and_then(|v| v.to_str().ok())
+        .filter(|l| !l.is_empty())
+        .map(str::to_string);
+    bars.line(format!(
+        "  the watch was cut ({}): following the job at {}",
+        why.message(),
+        named.as_deref().unwrap_or("the leading controller")
+    ));
+    let start = std::time::Instant::now();
+    loop {
+        let target = named.as_deref().unwrap_or(url);
+        match connect(target, args).await {
+            Ok(c) => return Ok(c),
+            Err(_) if start.elapsed() < REJOIN_FOR => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if named.is_some() && start.elapsed() > Duration::from_secs(10) {
+                    // The named leader did not answer: look among all addresses instead.
+                    return Box::pin(rejoin(bars, &tonic::Status::unavailable(""), url, args))
+                        .await;
+                }
+            }
+            Err(e) => return Err(e.context(format!("no leading controller within {REJOIN_FOR:?}"))),
+        }
+    }
+}
+
+/// Shows one event; the job's state when the event carries it.
+fn show(bars: &mut Bars, ev: fleetbench_proto::controllerpb::JobEvent) -> Option<Job> {
+    {
         match ev.event {
             Some(job_event::Event::Job(j)) => {
                 bars.job.set_length(u64::from(j.levels_total));
@@ -195,11 +309,7 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
                 bars.trials_total = j.trials_total;
                 bars.crashes = j.crashes;
                 bars.job_message();
-                let done = JobState::is_final_value(j.state);
-                last = Some(j);
-                if done {
-                    break;
-                }
+                return Some(j);
             }
             Some(job_event::Event::Trial(t)) => {
                 let state = trial_state(&t);
@@ -301,23 +411,5 @@ pub async fn follow(client: &mut Client, job_id: &str) -> anyhow::Result<Job> {
             None => {}
         }
     }
-    bars.finish();
-    let job = last.context("the watch ended before the job's state was sent")?;
-    println!(
-        "job {} ({}): {}  trials {}/{}  levels {}/{}  crashes {}{}",
-        job.id,
-        job.name,
-        JobState::word_of(job.state),
-        job.trials_done,
-        job.trials_total,
-        job.levels_done,
-        job.levels_total,
-        job.crashes,
-        if job.error.is_empty() {
-            String::new()
-        } else {
-            format!("\n  error: {}", job.error)
-        }
-    );
-    Ok(job)
+    None
 }

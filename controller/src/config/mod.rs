@@ -306,8 +306,7 @@ fn check_metrics(
     p: &mut Vec<String>,
 ) {
     if let Some(tls) = &m.tls
-        && let Err(e) =
-            fleetbench_support::tls::https_server_config(&tls.cert, &tls.key, &tls.client_ca)
+        && let Err(e) = tls.reloading(fleetbench_support::tls::ClientAuth::Optional)
     {
         p.push(format!("metrics.tls: {e}"));
     }
@@ -435,7 +434,7 @@ impl RawConfig {
             ));
         }
         if let Some(tls) = &self.api.tls
-            && let Err(e) = tls.load()
+            && let Err(e) = tls.reloading(fleetbench_support::tls::ClientAuth::Required)
         {
             p.push(format!("api.tls: {e}"));
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fleetbench_support::tls::{PeerIdentity, peer_identity};
+use fleetbench_support::tls::{PeerIdentity, ReloadingTls, peer_identity};
 use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -27,7 +27,8 @@ const CLIENT_WAIT: Duration = Duration::from_secs(10);
 /// Who may scrape, over what.
 #[derive(Clone, Default)]
 pub struct ScrapePolicy {
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Rebuilt from its files when a renewal rewrites them.
+    tls: Option<Arc<ReloadingTls>>,
     /// `(token, role)`, compared in constant time.
     tokens: Arc<Vec<(String, ApiRole)>>,
     /// Only a viewer, operator or admin may scrape.
@@ -52,12 +53,12 @@ impl ScrapePolicy {
 
     /// As the config says: HTTPS when `tls` is given; a viewer's role when `viewer_only`.
     pub fn new(
-        tls: Option<Arc<rustls::ServerConfig>>,
+        tls: Option<Arc<ReloadingTls>>,
         tokens: Vec<(String, ApiRole)>,
         viewer_only: bool,
     ) -> Self {
         ScrapePolicy {
-            tls: tls.map(tokio_rustls::TlsAcceptor::from),
+            tls,
             tokens: Arc::new(tokens),
             viewer_only,
         }
@@ -187,7 +188,8 @@ async fn serve_http<I>(
 async fn connection(metrics: Arc<Metrics>, policy: ScrapePolicy, tcp: tokio::net::TcpStream) {
     match policy.tls.clone() {
         None => serve_http(tcp, metrics, policy, None).await,
-        Some(acceptor) => {
+        Some(tls) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
             let Ok(Ok(stream)) = tokio::time::timeout(CLIENT_WAIT, acceptor.accept(tcp)).await
             else {
                 return; // a failed handshake (no CA match, plain HTTP) is the client's answer

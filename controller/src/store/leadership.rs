@@ -29,6 +29,9 @@ pub const DEAD_PEER_S: u32 = KEEPALIVE.0 + KEEPALIVE.1 * KEEPALIVE.2;
 /// How long one statement on the lock's connection may take before the connection counts as
 /// lost.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the server lets a statement of the lock's session wait for a row lock (below
+/// [`STATEMENT_TIMEOUT`]).
+const LOCK_WAIT: Duration = Duration::from_millis(2000);
 
 /// The `leadership` row.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -124,6 +127,12 @@ impl LeaderLock {
                 format!("SET tcp_keepalives_interval = {interval}"),
                 format!("SET tcp_keepalives_count = {count}"),
                 "SET application_name = 'fleetbench-leader'".to_string(),
+                // The epoch bump waits for fenced writes in flight; one of a frozen leader
+                // waits until PostgreSQL ends that session. The server gives the wait up
+                // before this client's own time-out drops the connection, so no blocked
+                // statement is left behind on the server holding the advisory lock; the bump
+                // is tried again at the next poll.
+                format!("SET lock_timeout = '{}ms'", LOCK_WAIT.as_millis()),
             ] {
                 c.execute(set.as_str())
                     .await

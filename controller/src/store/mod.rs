@@ -39,6 +39,23 @@ use sqlx::{AnyPool, ConnectOptions, Row};
 pub use events::RegisteredAgent;
 pub use jobs::{NewJob, TrialRow};
 pub use leadership::{DEAD_PEER_S, IDLE_SESSION_S, LeaderInfo, LeaderLock};
+
+/// Every PostgreSQL pool session's settings. A leader frozen (SIGSTOP, a paused VM, a stall)
+/// inside a fenced write transaction holds a share lock on the `leadership` row that no standby
+/// can get past, and its socket stays open: the server itself must end it. The controller's
+/// transactions are a few statements with no wait between them, so a session idle inside one
+/// for [`IDLE_IN_TRANSACTION_S`] seconds is frozen, and PostgreSQL terminates it (rolling the
+/// write back, releasing the lock). `client_connection_check_interval` (PostgreSQL 14 and
+/// later) ends a statement whose client has gone.
+pub fn postgres_session() -> String {
+    format!(
+        "SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'; \
+         SET client_connection_check_interval = '1s'; \
+         SET application_name = 'fleetbench-controller'"
+    )
+}
+/// See [`postgres_session`].
+pub const IDLE_IN_TRANSACTION_S: u32 = 5;
 pub use retry::{ErrorClass, RetryPolicy};
 pub use suites::SuiteRun;
 
@@ -223,6 +240,7 @@ fn migrations(backend: Backend) -> Vec<Migration> {
 
 impl Store {
     /// Opens (creating a SQLite file and its directory when missing) and migrates the store.
+    /// Every PostgreSQL connection of the pool runs [`postgres_session`] first.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
@@ -273,6 +291,15 @@ impl Store {
                          PRAGMA synchronous = NORMAL;"
                     )))
                     .await?;
+                    Ok(())
+                })
+            });
+        } else {
+            pool_opts = pool_opts.after_connect(|conn, _| {
+                Box::pin(async move {
+                    use sqlx::Executor;
+                    let settings = postgres_session();
+                    conn.execute(sqlx::raw_sql(&settings)).await?;
                     Ok(())
                 })
             });

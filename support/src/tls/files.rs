@@ -48,4 +48,13 @@ impl ServerTlsFiles {
     pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
         server_tls(&self.cert, &self.key, &self.client_ca)
     }
+
+    /// A config that follows the files when a renewal rewrites them (see
+    /// [`ReloadingTls`](super::ReloadingTls)).
+    pub fn reloading(
+        &self,
+        auth: super::ClientAuth,
+    ) -> Result<std::sync::Arc<super::ReloadingTls>, TlsError> {
+        super::ReloadingTls::new(self.clone(), auth)
+    }
 }

@@ -58,6 +58,11 @@ impl Inventory {
             let lost = h.reachable;
             h.reachable = false;
             h.error = error;
+            // The channel keeps the client certificate it was built with: after a renewal
+            // rewrote the files (and the old certificate expired) only a new one connects.
+            if let Ok(client) = self.connector.client(&h.address) {
+                h.client = client;
+            }
             lost
         };
         if lost {
