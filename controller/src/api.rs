@@ -34,6 +34,56 @@ pub struct ControllerService {
     pub(crate) role: crate::leader::RoleRx,
 }
 
+/// Bounds on what callers name (bytes): stored and shown everywhere, never unbounded.
+const MAX_TAG: usize = 128;
+const MAX_FILE_NAME: usize = 255;
+const MAX_NAME: usize = 128;
+const MAX_ADDRESS: usize = 255;
+const MAX_LABELS: usize = 32;
+const MAX_LABEL_KEY: usize = 63;
+const MAX_LABEL_VALUE: usize = 255;
+
+/// INVALID_ARGUMENT naming `field` when `value` is longer than `max` bytes or holds a control
+/// character.
+fn bounded(field: &str, value: &str, max: usize) -> Result<(), Status> {
+    if value.len() > max {
+        return Err(Status::invalid_argument(format!(
+            "{field}: {} bytes, at most {max}",
+            value.len()
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Status::invalid_argument(format!(
+            "{field}: holds a control character"
+        )));
+    }
+    Ok(())
+}
+
+/// An agent's labels: at most [`MAX_LABELS`], keys of letters, digits and `._/-`.
+fn check_labels(labels: &std::collections::HashMap<String, String>) -> Result<(), Status> {
+    if labels.len() > MAX_LABELS {
+        return Err(Status::invalid_argument(format!(
+            "labels: {} labels, at most {MAX_LABELS}",
+            labels.len()
+        )));
+    }
+    for (k, v) in labels {
+        bounded("labels (key)", k, MAX_LABEL_KEY)?;
+        bounded(&format!("labels.{k}"), v, MAX_LABEL_VALUE)?;
+        if k.is_empty()
+            || !k
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
+        {
+            return Err(Status::invalid_argument(format!(
+                "labels: key {k:?} must be letters, digits and . _ / -"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
 }
@@ -111,6 +161,8 @@ impl controller_server::Controller for ControllerService {
     ) -> Result<Response<SubmitJobResponse>, Status> {
         let _caller = crate::authz::require(&request, crate::authz::OPERATE, "SubmitJob")?;
         let r = request.into_inner();
+        bounded("tag", &r.tag, MAX_TAG)?;
+        bounded("file_name", &r.file_name, MAX_FILE_NAME)?;
         let resp = self
             .scheduler
             .submit(&r.spec_toml, &r.file_name, r.dry_run, &r.tag, r.kind())
@@ -270,6 +322,10 @@ impl controller_server::Controller for ControllerService {
         if r.name.trim().is_empty() {
             return Err(Status::invalid_argument("name: must not be empty"));
         }
+        // Bounded before anything else reads (or echoes) them.
+        bounded("name", &r.name, MAX_NAME)?;
+        bounded("address", &r.address, MAX_ADDRESS)?;
+        check_labels(&r.labels)?;
         // An agent registers only the name its certificate carries: one agent's key cannot
         // claim (and so redirect) another host.
         if caller.role == crate::authz::ApiRole::Agent
@@ -294,6 +350,27 @@ impl controller_server::Controller for ControllerService {
                 "address: {:?} is not host:port",
                 r.address
             )));
+        }
+        // An agent's certificate names the hosts it may listen on (`fleetbench certs issue
+        // --agent NAME=ADDRESS`): it cannot register at another agent's address, where the
+        // controller would then run this agent's jobs.
+        if caller.role == crate::authz::ApiRole::Agent
+            && let Some(name) = &caller.name
+            && !self.shared_agent_identities.contains(name)
+        {
+            let host = r
+                .address
+                .rsplit_once(':')
+                .map(|(h, _)| h.trim_matches(['[', ']']))
+                .unwrap_or_default();
+            if !caller.hosts.iter().any(|h| h == host) {
+                return Err(Status::permission_denied(format!(
+                    "address: host {host:?} is not among the names in agent {name:?}'s \
+                     certificate ({}): an agent registers only where its certificate says it \
+                     listens",
+                    caller.hosts.join(", ")
+                )));
+            }
         }
         let labels: BTreeMap<String, String> = r.labels.into_iter().collect();
         // Agents repeat their registration; the controller heartbeats them on its own, so a

@@ -44,6 +44,8 @@ pub struct Caller {
     pub role: ApiRole,
     /// The certificate's CN, when the caller came with one.
     pub name: Option<String>,
+    /// The certificate's subject alternative names (host names, IPs); empty for a token.
+    pub hosts: Vec<String>,
 }
 
 /// What a method needs.
@@ -148,12 +150,17 @@ impl tonic::service::Interceptor for Authorize {
                     .find(|(expected, _)| constant_time_eq(t.as_bytes(), expected.as_bytes()))
                     .map(|(_, r)| *r)
                     .ok_or_else(|| Status::unauthenticated("bearer token does not match"))?;
-                Caller { role, name: None }
+                Caller {
+                    role,
+                    name: None,
+                    hosts: Vec::new(),
+                }
             }
             (_, Some(id)) if self.tls => match id.role {
                 Some(r) => Caller {
                     role: cert_role(r),
                     name: Some(id.name),
+                    hosts: id.hosts,
                 },
                 None => {
                     return Err(Status::permission_denied(format!(
@@ -164,6 +171,7 @@ impl tonic::service::Interceptor for Authorize {
             _ if self.tokens.is_empty() && !self.tls => Caller {
                 role: ApiRole::Admin,
                 name: None,
+                hosts: Vec::new(),
             },
             _ => {
                 return Err(Status::unauthenticated(

@@ -115,7 +115,10 @@ async fn an_agent_registers_only_its_own_name_and_cannot_take_over_a_configured_
     let certs_dir = f.certs.ca_cert.parent().unwrap();
     let issued = issue_agent_certs(
         certs_dir,
-        &[("gpu-1".into(), None), ("gpu-2".into(), None)],
+        &[
+            ("gpu-1".into(), Some("127.0.0.1:1".into())),
+            ("gpu-2".into(), Some("127.0.0.1:2".into())),
+        ],
         false,
     )
     .unwrap();
@@ -130,8 +133,31 @@ async fn an_agent_registers_only_its_own_name_and_cannot_take_over_a_configured_
     let gpu1 = &issued[0].files;
     let mut a1 = client(&f, &gpu1.cert, &gpu1.key).await;
     denied(
-        a1.register_agent(register("gpu-1", "10.0.0.66:7443")).await,
+        a1.register_agent(register("gpu-1", "127.0.0.1:7443")).await,
         &["host \"gpu-1\" is configured in the controller's config"],
+    );
+    // Its own name at an address its certificate does not name (another agent's): refused,
+    // else the controller would run gpu-2's jobs on whatever listens there.
+    denied(
+        a2.register_agent(register("gpu-2", "10.0.0.66:7443")).await,
+        &["host \"10.0.0.66\" is not among the names in agent \"gpu-2\"'s certificate"],
+    );
+    // Unbounded labels and names are refused by field.
+    let mut many = register("gpu-2", "127.0.0.1:2");
+    many.labels = (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
+    let s = a2.register_agent(many).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert!(
+        s.message().contains("labels: 40 labels, at most 32"),
+        "{s:?}"
+    );
+    let s = a2
+        .register_agent(register(&"g".repeat(200), "127.0.0.1:2"))
+        .await
+        .unwrap_err();
+    assert!(
+        s.message().contains("name: 200 bytes, at most 128"),
+        "{s:?}"
     );
     // Its own name at its own address: accepted.
     a2.register_agent(register("gpu-2", "127.0.0.1:2"))
@@ -167,6 +193,27 @@ async fn a_viewer_cannot_cancel_submit_or_record_a_baseline() {
     );
     // The baseline needs an admin: an operator is refused too.
     let mut op = client(&f, &f.certs.operator.cert, &f.certs.operator.key).await;
+    // An operator's tag and file name are bounded.
+    let s = op
+        .submit_job(pb::SubmitJobRequest {
+            tag: "t".repeat(129),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert!(s.message().contains("tag: 129 bytes, at most 128"), "{s:?}");
+    let s = op
+        .submit_job(pb::SubmitJobRequest {
+            file_name: "a\nb.toml".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        s.message().contains("file_name: holds a control character"),
+        "{s:?}"
+    );
     denied(
         op.record_suite_run(pb::RecordSuiteRunRequest {
             run: Some(pb::SuiteRun {

@@ -11,7 +11,7 @@
 //! ±20% apart at c=8) left a +358% effect at Holm p 0.056. Every level runs after a
 //! radix-cache flush, and the stored cache figure is SGLang's own.
 //!
-//! Beside it, an A/A job (two configs with the same flags, 2 repeats at concurrency 4: four
+//! Beside it, an A/A job (two configs differing only in the sampling seed, 2 repeats at concurrency 4: four
 //! engine starts) in which nothing may be called, and a regression suite run twice through
 //! `fleetbench regress --controller` (2 repeats a run: four engine starts).
 
@@ -126,7 +126,13 @@ async fn an_aa_job_calls_nothing() {
         model,
         dir: _dir,
     } = rig().await;
-    let spec = engine_ab::aa_spec("sglang", &model, "--max-running-requests", 4);
+    let spec = engine_ab::aa_spec(
+        "sglang",
+        &model,
+        "--max-running-requests",
+        4,
+        "--random-seed",
+    );
     let job = engine_ab::run_job(&mut c, &agent, "SGLang A/A job (CPU, stand-in)", spec).await;
     engine_ab::check_aa(&mut c, &job).await;
     ctl.shutdown().await;

@@ -330,5 +330,24 @@ async fn a_postgres_that_requires_tls_is_reached_over_verified_tls_only() {
     .expect("verified TLS to the server");
     // The store works over it (migrations ran; a read answers).
     assert_eq!(store.leader().await.unwrap().epoch, 0);
+
+    // A controller process on that URL runs a job to the end, every level stored.
+    let tls_url = format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        certs.ca_cert.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let agent = spawn_agent(dir.path(), "t1", fleetbench_testkit::free_port());
+    let ctl = spawn_controller(
+        &config(dir.path(), &tls_url, "30s", &[&agent]),
+        &dir.path().join("controller.log"),
+    );
+    let mut c = client(ctl.addr).await;
+    let job_id = submit(&mut c, sim_spec("pg-tls", 1, &["t1"]), "tls.toml").await;
+    let job = wait_job(&mut c, &job_id, Duration::from_secs(180)).await;
+    assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
+    assert_eq!(store.levels(&job_id).await.unwrap().len(), 8);
+    drop(ctl);
+    drop(agent);
     store.close().await;
 }

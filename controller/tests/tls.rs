@@ -14,6 +14,7 @@ use fleetbench_proto::controllerpb::{
 };
 use fleetbench_support::tls::{ClientTlsFiles, ServerTlsFiles};
 use fleetbench_support::tls::{client_tls, generate_dev_certs};
+use rustls::pki_types::pem::PemObject;
 use tonic::transport::Endpoint;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,9 +124,32 @@ async fn mtls_api_and_mtls_agent() {
         .unwrap()
         .into_inner();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // Mid-job, the agent's certificate is renewed on disk (same CA, a new key), as cert-manager
+    // or `fleetbench certs issue --force` does: the job goes on, no level is lost, and the
+    // agent presents the new certificate to the next connection without a restart.
+    let renewed = fleetbench_support::tls::issue_agent_certs(
+        &dir.path().join("certs"),
+        &[("secure".into(), Some("localhost:7443".into()))],
+        true,
+    )
+    .unwrap();
+    let (new_cert, new_key) = (&renewed[0].files.cert, &renewed[0].files.key);
+    for (from, to) in [(new_key, &certs.agent_key), (new_cert, &certs.agent_cert)] {
+        let tmp = to.with_extension("new");
+        std::fs::copy(from, &tmp).unwrap();
+        std::fs::rename(&tmp, to).unwrap();
+    }
     let job = wait_job(&mut c, &r.job_id, Duration::from_secs(120)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     assert_eq!(job.levels_done, 2);
+    assert_eq!(
+        presented_cert(&certs, agent.addr).await,
+        rustls::pki_types::CertificateDer::from_pem_file(new_cert)
+            .unwrap()
+            .as_ref()
+            .to_vec(),
+        "the agent still presents the certificate it started with"
+    );
 
     // The CLI, a separate process, completes the handshake as the operator and lists the job.
     let cli = |cert: &std::path::Path, key: &std::path::Path| {
@@ -148,6 +172,40 @@ async fn mtls_api_and_mtls_agent() {
         String::from_utf8_lossy(&out.stderr)
     );
     ctl.shutdown().await;
+}
+
+/// The certificate a server at `addr` presents to a new connection of the controller's.
+async fn presented_cert(
+    certs: &fleetbench_support::tls::DevCerts,
+    addr: std::net::SocketAddr,
+) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&certs.ca_cert).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain: Vec<_> = CertificateDer::pem_file_iter(&certs.controller_cert)
+        .unwrap()
+        .map(|c| c.unwrap())
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&certs.controller_key).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let s = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    s.get_ref().1.peer_certificates().unwrap()[0]
+        .as_ref()
+        .to_vec()
 }
 
 /// The controller served with its client-only certificate (as the shipped manifests once did):

@@ -9,7 +9,7 @@
 //! each on 2 cores, about five minutes in all. Every level runs after a
 //! prefix-cache reset (dev mode in the profile's env), and the stored cache figure is vLLM's own.
 //!
-//! Beside it, an A/A job (two configs with the same flags, 2 repeats at concurrency 4: four
+//! Beside it, an A/A job (two configs differing only in the sampling seed, 2 repeats at concurrency 4: four
 //! engine starts) in which nothing may be called.
 
 mod common;
@@ -115,7 +115,7 @@ async fn an_aa_job_calls_nothing() {
         model,
         _dir,
     } = rig().await;
-    let spec = engine_ab::aa_spec("vllm", &model, "--max-num-seqs", 4);
+    let spec = engine_ab::aa_spec("vllm", &model, "--max-num-seqs", 4, "--seed");
     let job = engine_ab::run_job(&mut c, &agent, "vLLM A/A job", spec).await;
     engine_ab::check_aa(&mut c, &job).await;
     ctl.shutdown().await;

@@ -65,22 +65,40 @@ impl LogHub {
     }
 }
 
-/// One run's log file: every line with its stream, unbuffered so a crash loses nothing.
+/// How much of one run's output its log file keeps. An engine at its default log level writes
+/// a line per batch for as long as it runs; without a bound a long job fills the data disk
+/// (and with it every later run's log and the agent's epoch file). Start-up facts, effective
+/// arguments and early errors are at the head; the last lines before a crash are in the ring
+/// (`StreamLogs`, crash classification) whatever the file holds.
+pub const RUN_LOG_CAP: u64 = 64 * 1024 * 1024;
+
+/// One run's log file: every line with its stream, unbuffered so a crash loses nothing, up to
+/// [`RUN_LOG_CAP`] bytes, then one line saying it stopped there.
 #[derive(Debug)]
 pub struct RunLog {
     file: Option<std::fs::File>,
+    written: u64,
+    cap: u64,
 }
 
 impl RunLog {
     /// Creates the file and writes `header` (a stdout line) to it: an error when either fails,
     /// so a read-only or full data directory is found before the engine starts.
     pub fn create(path: &Path, header: &str) -> std::io::Result<RunLog> {
+        Self::create_capped(path, header, RUN_LOG_CAP)
+    }
+
+    fn create_capped(path: &Path, header: &str, cap: u64) -> std::io::Result<RunLog> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let mut file = crate::private_file::append(path)?;
         writeln!(file, "O {header}")?;
-        Ok(RunLog { file: Some(file) })
+        Ok(RunLog {
+            file: Some(file),
+            written: header.len() as u64 + 3,
+            cap,
+        })
     }
 
     pub fn write(&mut self, stream: LogStream, line: &str) {
@@ -90,6 +108,18 @@ impl RunLog {
             } else {
                 "O"
             };
+            let size = line.len() as u64 + 3;
+            if self.written + size > self.cap {
+                let _ = writeln!(
+                    f,
+                    "O # fleetbench-agent: this log stopped at {} bytes (its cap); later lines \
+                     are in the agent's memory ring only (StreamLogs)",
+                    self.written
+                );
+                self.file = None;
+                return;
+            }
+            self.written += size;
             if writeln!(f, "{tag} {line}").is_err() {
                 // A full disk must not stop the engine; the ring still has the lines.
                 tracing::warn!("engine log file write failed; further lines kept in memory only");
@@ -110,6 +140,33 @@ mod tests {
             line: s.into(),
             run_id: run.into(),
         }
+    }
+
+    #[test]
+    fn a_run_log_stops_at_its_cap_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.log");
+        let mut log = RunLog::create_capped(&path, "# argv", 100).unwrap();
+        for i in 0..50 {
+            log.write(LogStream::Stderr, &format!("line {i}"));
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let body_lines: Vec<&str> = text.lines().collect();
+        assert_eq!(body_lines[0], "O # argv");
+        assert_eq!(body_lines[1], "E line 0");
+        assert!(
+            body_lines.last().unwrap().contains("this log stopped at"),
+            "{text}"
+        );
+        let before_marker: usize = body_lines[..body_lines.len() - 1]
+            .iter()
+            .map(|l| l.len() + 1)
+            .sum();
+        assert!(
+            before_marker <= 100,
+            "{before_marker} bytes before the marker"
+        );
+        assert!(text.len() < 300, "{}", text.len());
     }
 
     #[test]

@@ -21,9 +21,13 @@ pub struct ControllerArgs {
     /// separated, for controllers sharing one store: the leader among them is used.
     #[arg(long, env = "FLEETBENCH_CONTROLLER")]
     pub controller: Option<String>,
-    /// Bearer token for the controller's API.
+    /// Bearer token for the controller's API. On the command line it shows in `ps`: prefer
+    /// FLEETBENCH_TOKEN or --token-file. Sent only over https or to a loopback address.
     #[arg(long, env = "FLEETBENCH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A file holding the bearer token (its first line), instead of --token.
+    #[arg(long, conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
     /// CA certificate of an https controller (with --tls-cert and --tls-key for mTLS).
     #[arg(long, requires_all = ["tls_cert", "tls_key"])]
     pub tls_ca: Option<PathBuf>,
@@ -145,6 +149,31 @@ async fn standby_pointer(c: &mut Client) -> anyhow::Result<Option<String>> {
     }
 }
 
+/// A bearer token goes over `https`, or over `http` only to a loopback address: anyone on
+/// the path of a plaintext connection reads it (the controller refuses such a token too, but
+/// only after it has crossed the network).
+fn plaintext_token_check(url: &str) -> anyhow::Result<()> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Ok(());
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = match host.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => h,
+        _ => host,
+    };
+    let host = host.trim_matches(['[', ']']);
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    anyhow::ensure!(
+        loopback,
+        "refusing to send the token over plaintext to {host} ({url}): use an https:// \
+         controller URL with --tls-ca, or a loopback address"
+    );
+    Ok(())
+}
+
 /// Connects to one controller URL.
 async fn connect_one(url: &str, args: &ControllerArgs) -> anyhow::Result<Client> {
     let tls = match &args.tls_ca {
@@ -167,7 +196,23 @@ async fn connect_one(url: &str, args: &ControllerArgs) -> anyhow::Result<Client>
         .connect()
         .await
         .with_context(|| format!("cannot reach the controller at {url}"))?;
-    let bearer = match &args.token {
+    let token = match (&args.token, &args.token_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("--token-file {}", f.display()))?
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
+    if token.is_some() {
+        plaintext_token_check(url)?;
+    }
+    let bearer = match &token {
         Some(t) => Some(
             format!("Bearer {t}")
                 .parse::<AsciiMetadataValue>()
@@ -349,4 +394,22 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         print_jobs(&jobs);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_token_goes_only_over_https_or_loopback() {
+        use super::plaintext_token_check as ok;
+        assert!(ok("https://ctl.example:7070").is_ok());
+        assert!(ok("http://127.0.0.1:7070").is_ok());
+        assert!(ok("http://localhost:7070").is_ok());
+        assert!(ok("http://[::1]:7070").is_ok());
+        let e = ok("http://10.0.0.5:7070").unwrap_err().to_string();
+        assert!(
+            e.contains("refusing to send the token over plaintext to 10.0.0.5"),
+            "{e}"
+        );
+        assert!(ok("http://ctl.example").is_err());
+    }
 }

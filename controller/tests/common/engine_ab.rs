@@ -43,9 +43,12 @@ pub async fn run_job(c: &mut Client, agent: &Proc, what: &str, spec: String) -> 
     r.job_id
 }
 
-/// An A/A job: `a` and its twin `b` (which extends `a` and changes nothing), 2 repeats
-/// interleaved, so every trial restarts the engine, one level at concurrency 4 of 16 requests.
-pub fn aa_spec(engine: &str, model: &str, flag: &str, value: u32) -> String {
+/// An A/A job: `a` and its twin `b`, which extends `a` and only sets the sampling seed to 0
+/// (`seed_flag`: the spec refuses two identical configs; a seed changes which random tokens are
+/// drawn, not the work: vLLM's default seed is 0 already, SGLang's a random one per start), 2
+/// repeats interleaved, so every trial restarts the engine, one level at concurrency 4 of 16
+/// requests.
+pub fn aa_spec(engine: &str, model: &str, flag: &str, value: u32, seed_flag: &str) -> String {
     format!(
         r#"name = "{engine}-aa"
 repeats = 2
@@ -60,6 +63,7 @@ flags = {{ "{flag}" = {value} }}
 [[configs]]
 name = "b"
 extends = "a"
+flags = {{ "{seed_flag}" = 0 }}
 
 [[workloads]]
 name = "random-48-32"

@@ -3,7 +3,7 @@
 //! received. Servers authorize by this after the handshake proved the certificate chains to
 //! their CA.
 
-use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use super::Role;
 
@@ -14,6 +14,9 @@ pub struct PeerIdentity {
     pub name: String,
     /// The role the subject's OU names; `None` for a certificate without a known OU.
     pub role: Option<Role>,
+    /// The host names and IP addresses of its subject alternative names: where an agent with
+    /// this certificate may say it listens.
+    pub hosts: Vec<String>,
 }
 
 /// The identity in a DER certificate; `None` when it cannot be parsed or has no CN.
@@ -30,7 +33,31 @@ pub fn peer_identity(der: &[u8]) -> Option<PeerIdentity> {
         .iter_organizational_unit()
         .filter_map(|ou| ou.as_str().ok())
         .find_map(Role::from_ou);
-    Some(PeerIdentity { name, role })
+    let hosts = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|ext| {
+            ext.value
+                .general_names
+                .iter()
+                .filter_map(|g| match g {
+                    GeneralName::DNSName(d) => Some(d.to_string()),
+                    GeneralName::IPAddress(b) => match b.len() {
+                        4 => Some(
+                            std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*b).ok()?).to_string(),
+                        ),
+                        16 => Some(
+                            std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*b).ok()?).to_string(),
+                        ),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(PeerIdentity { name, role, hosts })
 }
 
 impl std::fmt::Display for PeerIdentity {
@@ -60,10 +87,12 @@ mod tests {
             id(&certs.controller_cert),
             PeerIdentity {
                 name: "fleetbench-controller".into(),
-                role: Some(Role::Controller)
+                role: Some(Role::Controller),
+                hosts: vec!["fleetbench-controller".into()],
             }
         );
         assert_eq!(id(&certs.agent_cert).role, Some(Role::Agent));
+        assert!(id(&certs.agent_cert).hosts.contains(&"gpu-7".to_string()));
         assert_eq!(id(&certs.operator.cert).role, Some(Role::Operator));
         assert_eq!(id(&certs.viewer.cert).role, Some(Role::Viewer));
         assert!(peer_identity(b"not a certificate").is_none());
