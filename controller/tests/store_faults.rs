@@ -309,7 +309,9 @@ async fn a_postgres_that_requires_tls_is_reached_over_verified_tls_only() {
     let url = pg.url();
 
     let plain = Store::open(&format!("{url}?sslmode=disable")).await;
-    let err = plain.err().expect("plaintext must be refused");
+    let Err(err) = plain else {
+        panic!("plaintext must be refused")
+    };
     assert!(err.to_string().contains("no pg_hba.conf entry"), "{err}");
 
     let wrong_ca = Store::open(&format!(
