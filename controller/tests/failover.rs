@@ -189,17 +189,18 @@ fn signal(p: &Proc, sig: &str) {
     assert!(ok, "kill -{sig}");
 }
 
-/// A leader frozen inside a fenced write transaction: its session holds a share lock on the
-/// `leadership` row that the standby's epoch bump waits for, and its socket stays open. The
-/// frozen process's in-flight transaction is stood in for by a session of this test's own with
-/// the controller's session settings (`store::postgres_session`), left idle inside
-/// `SELECT … FOR SHARE`, which is all the server sees of a frozen client. PostgreSQL ends it
-/// after `IDLE_IN_TRANSACTION_S`, and the standby leads within the same bound as for a freeze
-/// outside a transaction.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_frozen_inside_a_fenced_write_loses_the_lead_within_the_bound() {
-    use sqlx::{Connection, Executor};
-    let db = TestDatabase::create("frozentx").await;
+/// A leader (`old`) and a standby on a database of their own, with one sim agent `z1`.
+struct Pair {
+    db: TestDatabase,
+    url: String,
+    _dir: tempfile::TempDir,
+    agent: Proc,
+    old: Proc,
+    standby: Proc,
+}
+
+async fn pair(name: &str) -> Pair {
+    let db = TestDatabase::create(name).await;
     let url = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let agent = spawn_agent(dir.path(), "z1", fleetbench_testkit::free_port());
@@ -211,6 +212,54 @@ async fn a_leader_frozen_inside_a_fenced_write_loses_the_lead_within_the_bound()
         &ha_config(dir.path(), "c2", &url, &[&agent]),
         &dir.path().join("c2.log"),
     );
+    Pair {
+        db,
+        url,
+        _dir: dir,
+        agent,
+        old,
+        standby,
+    }
+}
+
+/// Called right after the leader was frozen: waits until the standby serves, within the bound
+/// of a frozen leader (its silent lock session ended by the server, plus slack). Returns a
+/// client of the new leader and how long it took.
+async fn takeover_from_frozen(standby: &Proc) -> (Client, Duration) {
+    let frozen = Instant::now();
+    let mut s = client(standby.addr).await;
+    let bound = Duration::from_secs(u64::from(fleetbench_controller::store::IDLE_SESSION_S) + 10);
+    loop {
+        if s.list_agents(ListAgentsRequest {}).await.is_ok() {
+            return (s, frozen.elapsed());
+        }
+        assert!(
+            frozen.elapsed() < bound,
+            "no takeover from a frozen leader within {bound:?}:\n{}",
+            standby.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A leader frozen inside a fenced write transaction: its session holds a share lock on the
+/// `leadership` row that the standby's epoch bump waits for, and its socket stays open. The
+/// frozen process's in-flight transaction is stood in for by a session of this test's own with
+/// the controller's session settings (`store::postgres_session`), left idle inside
+/// `SELECT … FOR SHARE`, which is all the server sees of a frozen client. PostgreSQL ends it
+/// after `IDLE_IN_TRANSACTION_S`, and the standby leads within the same bound as for a freeze
+/// outside a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_frozen_inside_a_fenced_write_loses_the_lead_within_the_bound() {
+    use sqlx::{Connection, Executor};
+    let Pair {
+        db,
+        url,
+        _dir,
+        agent,
+        old,
+        standby,
+    } = pair("frozentx").await;
     let mut c = client(old.addr).await;
     c.list_agents(ListAgentsRequest {}).await.unwrap();
 
@@ -230,20 +279,7 @@ async fn a_leader_frozen_inside_a_fenced_write_loses_the_lead_within_the_bound()
         .await
         .unwrap();
     signal(&old, "STOP");
-    let frozen = Instant::now();
-    let mut s = client(standby.addr).await;
-    let bound = Duration::from_secs(u64::from(fleetbench_controller::store::IDLE_SESSION_S) + 10);
-    let takeover = loop {
-        if s.list_agents(ListAgentsRequest {}).await.is_ok() {
-            break frozen.elapsed();
-        }
-        assert!(
-            frozen.elapsed() < bound,
-            "no takeover from a leader frozen inside a transaction within {bound:?}:\n{}",
-            standby.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (mut s, takeover) = takeover_from_frozen(&standby).await;
     println!("takeover from a leader frozen (SIGSTOP) inside a fenced write: {takeover:.2?}");
     assert_eq!(store.leader().await.unwrap().epoch, 2);
     // The frozen transaction was ended by the server, not committed.
@@ -263,18 +299,14 @@ async fn a_leader_frozen_inside_a_fenced_write_loses_the_lead_within_the_bound()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_leader_loses_the_lead_and_writes_nothing_when_it_wakes() {
-    let db = TestDatabase::create("frozen").await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let agent = spawn_agent(dir.path(), "z1", fleetbench_testkit::free_port());
-    let old = spawn_controller(
-        &ha_config(dir.path(), "c1", &url, &[&agent]),
-        &dir.path().join("c1.log"),
-    );
-    let standby = spawn_controller(
-        &ha_config(dir.path(), "c2", &url, &[&agent]),
-        &dir.path().join("c2.log"),
-    );
+    let Pair {
+        db,
+        url,
+        _dir,
+        agent,
+        old,
+        standby,
+    } = pair("frozen").await;
     let mut c = client(old.addr).await;
     let job_id = submit(&mut c, sim_spec("frozen", 1, &["z1"]), "frozen.toml").await;
     let mut events = watch(&mut c, &job_id).await;
@@ -298,20 +330,7 @@ async fn a_frozen_leader_loses_the_lead_and_writes_nothing_when_it_wakes() {
     // Frozen, not dead: its socket stays open and the kernel answers keep-alives for it; the
     // server ends its silent lock session after idle_session_timeout.
     signal(&old, "STOP");
-    let frozen = Instant::now();
-    let mut s = client(standby.addr).await;
-    let bound = Duration::from_secs(u64::from(fleetbench_controller::store::IDLE_SESSION_S) + 10);
-    let takeover = loop {
-        if s.list_agents(ListAgentsRequest {}).await.is_ok() {
-            break frozen.elapsed();
-        }
-        assert!(
-            frozen.elapsed() < bound,
-            "no takeover from a frozen leader within {bound:?}:\n{}",
-            standby.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (mut s, takeover) = takeover_from_frozen(&standby).await;
     println!("takeover from a frozen (SIGSTOP) leader: {takeover:.2?}");
     let job = wait_job(&mut s, &job_id, Duration::from_secs(180)).await;
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
