@@ -103,6 +103,12 @@ pub(crate) fn origin(url: &str) -> Result<String, String> {
 }
 
 impl ExternalPolicy {
+    /// The agent's own variables that jobs may reference as secrets: read only by the load
+    /// generator at the moment of use, never inherited by an engine (see `LaunchPlan`).
+    pub fn secret_env_names(&self) -> &[String] {
+        &self.secret_env
+    }
+
     /// Everything allowed: the CLI's embedded agent, run by the user for the user's own spec.
     pub fn open() -> ExternalPolicy {
         ExternalPolicy {

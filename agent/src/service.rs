@@ -148,6 +148,7 @@ impl Agent for AgentService {
             })
         })?;
         let mut plan = profile.plan_checked(&spec).await.map_err(RpcError::from)?;
+        plan.withheld_env = self.cfg.external.secret_env_names().to_vec();
         if let Some(users) = &self.cfg.engine_user {
             plan.run_as =
                 crate::engine_user::for_profile(users, profile.run_as_root, &profile.name)

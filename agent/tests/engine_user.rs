@@ -213,3 +213,35 @@ async fn a_missing_engine_user_refuses_engines_and_a_readable_key_refuses_the_ag
         assert!(text.contains(w), "{w:?} not in {text}");
     }
 }
+
+/// The secrets a job may reference on this agent (`[external] secret_env`) are the agent's own
+/// variables, read by the load generator at the moment of use: an engine does not inherit them
+/// (an engine user could read them from `/proc/PID/environ`). Other variables still are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_external_secrets_do_not_reach_its_engines() {
+    let port = fleetbench_testkit::free_port();
+    let agent = Agent::start_with_env(
+        "[external]\nsecret_env = [\"FLEETBENCH_TEST_TARGET_KEY\"]\n",
+        &[
+            ("FLEETBENCH_TEST_TARGET_KEY", "tok-secret-9f2c"),
+            ("FLEETBENCH_TEST_PLAIN", "plain-value"),
+        ],
+    )
+    .unwrap();
+    let pid = start_engine(&agent, "sim", port).await.unwrap();
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+    assert!(
+        vars.iter()
+            .any(|kv| *kv == b"FLEETBENCH_TEST_PLAIN=plain-value"),
+        "the engine inherits the agent's other variables"
+    );
+    assert!(
+        !env.windows(15).any(|w| w == b"tok-secret-9f2c"),
+        "the external secret reached the engine's environment"
+    );
+    let mut c = agent.client().await.unwrap();
+    c.stop_engine(agentpb::StopEngineRequest { lease_epoch: 0 })
+        .await
+        .unwrap();
+}

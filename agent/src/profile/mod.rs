@@ -178,6 +178,10 @@ pub struct LaunchPlan {
     /// The user the engine is switched to; `None`: the agent's own. [`Profile::plan`] leaves it
     /// `None`; the service sets it from `[engine_user]` (crate::engine_user).
     pub run_as: Option<crate::engine_user::Credentials>,
+    /// Variables of the agent's own environment the engine does not inherit: the secrets of
+    /// `[external] secret_env` (an engine user could read them from `/proc/PID/environ`), unless
+    /// the profile's `env` sets the name itself. Set by the service.
+    pub withheld_env: Vec<String>,
 }
 
 fn parse_signal(s: &str) -> Option<Signal> {

@@ -145,6 +145,7 @@ impl Profile {
         let mut spec = spec.clone();
         spec.port = u32::from(port);
         Ok(LaunchPlan {
+            withheld_env: Vec::new(),
             profile: self.name.clone(),
             kind: self.kind,
             argv,

@@ -82,6 +82,11 @@ pub fn spawn(
             .env("USER", &c.user)
             .env("LOGNAME", &c.user);
     }
+    for name in &plan.withheld_env {
+        if !plan.env.contains_key(name) {
+            cmd.env_remove(name);
+        }
+    }
     cmd.args(&plan.argv[1..])
         .envs(&plan.env)
         .stdin(Stdio::null())

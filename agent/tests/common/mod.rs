@@ -26,6 +26,11 @@ impl Agent {
     /// Starts an agent with TLS from fresh dev certificates; `extra` (top-level keys first, then
     /// tables) goes into its config before the `[tls]` table.
     pub fn start(extra: &str) -> Result<Agent> {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// As [`start`](Self::start), with these variables in the agent's environment.
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Result<Agent> {
         let dir = tempfile::tempdir()?;
         let certs = generate_dev_certs(&dir.path().join("certs"), &[], false)?;
         let config = format!(
@@ -39,10 +44,13 @@ impl Agent {
         );
         let cfg_path = dir.path().join("agent.toml");
         std::fs::write(&cfg_path, config)?;
-        let process = Launch::new("fleetbench-agent", dir.path().join("agent.log"))
+        let mut launch = Launch::new("fleetbench-agent", dir.path().join("agent.log"))
             .args([Path::new("--config"), &cfg_path])
-            .env("RUST_LOG", "info")
-            .spawn();
+            .env("RUST_LOG", "info");
+        for (k, v) in env {
+            launch = launch.env(k, v);
+        }
+        let process = launch.spawn();
         Ok(Agent {
             addr: process.addr,
             process,
