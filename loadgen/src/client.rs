@@ -346,6 +346,27 @@ impl Scratch {
     }
 }
 
+/// `text` with every secret (and, for `Bearer X`/`Basic X` values, the credential `X` alone)
+/// replaced by `[redacted]`.
+pub(crate) fn redact(text: &str, secrets: &[Vec<u8>]) -> String {
+    let mut out = text.to_string();
+    for s in secrets {
+        let Ok(s) = std::str::from_utf8(s) else {
+            continue;
+        };
+        let bare = s
+            .strip_prefix("Bearer ")
+            .or_else(|| s.strip_prefix("Basic "))
+            .unwrap_or(s);
+        for needle in [s, bare] {
+            if needle.len() >= 4 {
+                out = out.replace(needle, "[redacted]");
+            }
+        }
+    }
+    out
+}
+
 /// Streams one request over `conn`; token-bearing chunks land in `scratch.chunks`.
 pub(crate) async fn stream_request(
     conn: &mut Conn,
@@ -353,6 +374,14 @@ pub(crate) async fn stream_request(
     scratch: &mut Scratch,
 ) -> Result<Streamed, Failure> {
     scratch.clear();
+    // The secret header values (an API key, a bearer token), to strip from an error body that
+    // echoes them: error texts are stored with the results, which viewers read.
+    let secrets: Vec<Vec<u8>> = req
+        .headers()
+        .values()
+        .filter(|v| v.is_sensitive())
+        .map(|v| v.as_bytes().to_vec())
+        .collect();
     let resp = conn.send(req, &mut scratch.sent).await?;
     let sent = scratch.sent.expect("set by a successful send");
     let (head, mut body) = resp.into_parts();
@@ -364,7 +393,7 @@ pub(crate) async fn stream_request(
             format!(
                 "HTTP {}: {}",
                 head.status,
-                String::from_utf8_lossy(&text).trim()
+                redact(&String::from_utf8_lossy(&text), &secrets).trim()
             ),
         ));
     }

@@ -74,3 +74,17 @@ async fn a_request_sent_as_the_server_closes_fails_instead_of_hanging() {
     assert_eq!(failure.kind, FailureKind::StreamClosedEarly, "{failure:?}");
     assert!(conn.send_failed && conn.served == 1);
 }
+
+#[test]
+fn an_error_body_that_echoes_the_key_is_redacted() {
+    let secrets = vec![b"Bearer sk-abc123".to_vec(), b"k9x".to_vec()];
+    assert_eq!(
+        redact(
+            "invalid key sk-abc123 in header `Bearer sk-abc123`; k9x",
+            &secrets
+        ),
+        "invalid key [redacted] in header `[redacted]`; k9x",
+        "the key alone and with its scheme; values under 4 bytes are left (too short to mean it)"
+    );
+    assert_eq!(redact("nothing here", &secrets), "nothing here");
+}
