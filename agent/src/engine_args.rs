@@ -81,6 +81,14 @@ async fn run_help(
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     ));
+    // The probe runs as the agent (root on a shared host), and `python -m …` puts its working
+    // directory first on `sys.path`: it runs in this fresh directory of the agent's own (0700),
+    // never in one the engine user could plant a module into.
+    if std::fs::create_dir_all(&scratch).is_ok() {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o700));
+        cmd.current_dir(&scratch);
+    }
     for (var, sub) in crate::supervisor::spawn::SCRATCH_VARS {
         if !env.contains_key(var) && std::fs::create_dir_all(scratch.join(sub)).is_ok() {
             cmd.env(var, scratch.join(sub));
@@ -180,5 +188,31 @@ impl Cache {
         tracing::info!(program = %program.display(), source = %eff.source, "engine flag rules");
         *self.last.lock().expect("engine args lock") = Some((key, eff.clone()));
         eff
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The help probe (run as the agent, root on a shared host) runs in a fresh directory of
+    /// the agent's own that nobody else may write: `python -m` imports from its working
+    /// directory first.
+    #[tokio::test]
+    async fn the_help_probe_runs_in_a_private_directory_of_its_own() {
+        let out = super::run_help(
+            &std::path::PathBuf::from("/bin/sh"),
+            &["-c".into(), "pwd; stat -c %a .".into()],
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        let mut lines = out.lines();
+        let dir = lines.next().unwrap().to_string();
+        assert!(dir.contains("fleetbench-help-"), "{out}");
+        assert_ne!(
+            std::path::Path::new(&dir),
+            std::env::current_dir().unwrap().as_path()
+        );
+        assert_eq!(lines.next(), Some("700"), "{out}");
+        assert!(!std::path::Path::new(&dir).exists(), "left behind: {dir}");
     }
 }
