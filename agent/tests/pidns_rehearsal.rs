@@ -26,7 +26,7 @@ fn chart_init_command() -> String {
             .join("deploy/helm/fleetbench/templates/agent-daemonset.yaml"),
     )
     .unwrap();
-    let want = "chown {{ .Values.agent.runAsUser }}:{{ .Values.agent.runAsGroup }} /var/lib/fleetbench-agent /var/cache/fleetbench-agent &&\n              chmod 0750 /var/lib/fleetbench-agent /var/cache/fleetbench-agent";
+    let want = "chown {{ $.Values.agent.runAsUser }}:{{ $.Values.agent.runAsGroup }} /var/lib/fleetbench-agent /var/cache/fleetbench-agent &&\n              chmod 0750 /var/lib/fleetbench-agent /var/cache/fleetbench-agent";
     assert!(
         tpl.contains(want),
         "the chart's init container changed: update this rehearsal"
