@@ -260,19 +260,14 @@ impl controller_server::Controller for ControllerService {
                 // job there.
                 let received = tokio::select! {
                     r = live.recv() => Ok(r),
-                    changed = role.wait_for(|r| !matches!(r, crate::leader::Role::Leader { .. })) => {
-                        Err(changed.map(|r| (*r).clone()).ok())
-                    }
+                    now = stopped_leading(&mut role) => Err(now),
                 };
                 let received = match received {
                     Ok(r) => r,
                     Err(now) => {
-                        let status = now
-                            .as_ref()
-                            .and_then(crate::authz::not_leading)
-                            .unwrap_or_else(|| {
-                                Status::unavailable("this controller no longer leads")
-                            });
+                        let status = crate::authz::not_leading(&now).unwrap_or_else(|| {
+                            Status::unavailable("this controller no longer leads")
+                        });
                         let _ = tx.send(Err(status)).await;
                         return;
                     }
@@ -520,6 +515,20 @@ impl controller_server::Controller for ControllerService {
 }
 
 /// A stream fed by a task through a channel (the task ends when the client goes away).
+/// Resolves with the role once this controller stops leading; never while it leads, nor where
+/// the role cannot change any more (SQLite: the one controller leads for good, and the sender
+/// is gone).
+async fn stopped_leading(role: &mut crate::leader::RoleRx) -> crate::leader::Role {
+    let changed = role
+        .wait_for(|r| !matches!(r, crate::leader::Role::Leader { .. }))
+        .await
+        .map(|r| (*r).clone());
+    match changed {
+        Ok(now) => now,
+        Err(_) => std::future::pending().await,
+    }
+}
+
 fn async_stream<F, Fut>(f: F) -> EventStream
 where
     F: FnOnce(tokio::sync::mpsc::Sender<Result<JobEvent, Status>>) -> Fut,

@@ -120,3 +120,73 @@ async fn an_aa_job_calls_nothing() {
     engine_ab::check_aa(&mut c, &job).await;
     ctl.shutdown().await;
 }
+
+/// A small tuning search on real vLLM: `--max-num-seqs` 1 against 8 at concurrency 8, a grid
+/// of one repeat each, then the search's confirmation round (3 fresh repeats of both
+/// finalists): 8 engine starts. It must end with the config that batches, confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tuning_search_ends_with_the_config_that_batches() {
+    let Rig {
+        agent,
+        ctl,
+        mut c,
+        model,
+        _dir,
+    } = rig().await;
+    let spec = format!(
+        r#"name = "vllm-tune"
+repeats = 1
+
+[[configs]]
+name = "start"
+engine = "vllm"
+model = {model:?}
+flags = {{ "--max-num-seqs" = 1 }}
+
+[[workloads]]
+name = "random-48-32"
+dataset = "random"
+input_len = 48
+output_len = 32
+ignore_eos = true
+
+[load]
+concurrency = [8]
+requests = 16
+reset_cache = true
+
+[search]
+strategy = "grid"
+objective = "output_tokens_per_s"
+
+[search.flags]
+"--max-num-seqs" = [1, 8]
+"#
+    );
+    let t = std::time::Instant::now();
+    let out = fleetbench_controller::tuning::search::run_search(
+        &mut c,
+        "vllm-tune.toml",
+        &spec,
+        |line| println!("{line}"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
+    let report = fleetbench_controller::tuning::render::search(&out);
+    println!(
+        "{report}\nvLLM tuning search: {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    let best = out.best_result().expect("a winner");
+    assert_eq!(
+        best.candidate.flags["--max-num-seqs"].as_deref(),
+        Some("8"),
+        "{report}"
+    );
+    let m = out.margin.as_ref().expect("a margin over the runner-up");
+    assert!(
+        m.confirmed && m.repeats == 3 && m.relative > 0.0,
+        "{report}"
+    );
+    ctl.shutdown().await;
+}
