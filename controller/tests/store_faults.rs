@@ -353,3 +353,53 @@ async fn a_postgres_that_requires_tls_is_reached_over_verified_tls_only() {
     drop(agent);
     store.close().await;
 }
+
+/// Two controllers on one PostgreSQL that restarts: every session drops at once, the standby
+/// polls 4 times as often as the leader checks, and yet the leader keeps its term (same epoch,
+/// same holder): a standby whose session failed holds back for `leader::RESTART_GRACE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_stays_put_across_a_postgres_restart() {
+    let pg = PrivatePg::start();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = spawn_agent(dir.path(), "r1", fleetbench_testkit::free_port());
+    let ha = |name: &str| {
+        let listen = format!("127.0.0.1:{}", fleetbench_testkit::free_port());
+        write_controller_config(
+            &dir.path().join(format!("{name}.toml")),
+            &listen,
+            &pg.url(),
+            "store_retry_for = \"60s\"\n",
+            &[&agent],
+        )
+    };
+    let leader = spawn_controller(&ha("c1"), &dir.path().join("c1.log"));
+    let standby = spawn_controller(&ha("c2"), &dir.path().join("c2.log"));
+    let store = Store::open(&pg.url()).await.unwrap();
+    let before = store.leader().await.unwrap();
+    assert_eq!(before.epoch, 1);
+    store.close().await;
+
+    pg.ctl("stop");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pg.ctl("start");
+    // Past the grace and a few of the leader's checks.
+    tokio::time::sleep(fleetbench_controller::leader::RESTART_GRACE + Duration::from_secs(3)).await;
+
+    let store = Store::open(&pg.url()).await.unwrap();
+    let after = store.leader().await.unwrap();
+    assert_eq!(
+        (after.epoch, &after.holder),
+        (1, &before.holder),
+        "leadership moved across the restart:\nleader log:\n{}\nstandby log:\n{}",
+        leader.log_text(),
+        standby.log_text()
+    );
+    let mut c = client(leader.addr).await;
+    c.list_agents(fleetbench_proto::controllerpb::ListAgentsRequest {})
+        .await
+        .expect("the leader still serves");
+    store.close().await;
+    drop(standby);
+    drop(leader);
+    drop(agent);
+}

@@ -210,6 +210,28 @@ mod tests {
         assert_eq!(reclaim(dir.path()).await, None);
     }
 
+    /// Waits until `pid` ignores SIGTERM (bit 15 of SigIgn in /proc/PID/status): a loaded
+    /// machine can take longer to start bash than the test takes to signal it.
+    fn ignores_term(pid: i32) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let ignored = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigIgn:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+                .unwrap_or(0);
+            if ignored & (1 << (libc::SIGTERM - 1)) != 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} never trapped SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[tokio::test]
     async fn the_noted_group_is_stopped_but_a_reused_pid_is_not_touched() {
         use std::os::unix::process::CommandExt;
@@ -221,6 +243,8 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
+        // Until bash has run its trap, a SIGTERM would end it (and the test would see no kill).
+        ignores_term(pid as i32);
         let start = read_stat(pid as i32).unwrap().start_ticks;
 
         // Another start time: an unrelated process that got the pid, left alone.
@@ -246,6 +270,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "setsid did not take");
             std::thread::sleep(Duration::from_millis(20));
         };
+        ignores_term(stray_pid);
         record(dir.path(), pid);
         record_strays(dir.path(), pid, &[(stray_pid, stray_stat.start_ticks)]);
         let grace = Duration::from_millis(300);
