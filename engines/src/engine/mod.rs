@@ -20,7 +20,7 @@ use crate::EngineKind;
 use crate::cache::{CacheCounters, CacheReset};
 use crate::defaults::KindDefaults;
 use crate::flags::FlagType;
-use crate::flags::tables::Row;
+use crate::flags::tables::{Row, choice};
 use crate::logs::LogParser;
 use crate::metrics::Mapping;
 use crate::prom::Exposition;
@@ -76,13 +76,6 @@ pub(crate) fn spec(kind: EngineKind) -> &'static dyn Engine {
         EngineKind::Llamacpp => &llamacpp::Llamacpp,
         EngineKind::Sim => &sim::Sim,
         EngineKind::Generic => &generic::Generic,
-    }
-}
-
-/// A choice among `values`.
-pub(crate) fn choice(values: &[&str]) -> FlagType {
-    FlagType::Choice {
-        values: values.iter().map(|v| v.to_string()).collect(),
     }
 }
 

@@ -92,7 +92,7 @@ pub const SGLANG_KV_CACHE_DTYPES: &[&str] = &[
     "fp4_e2m1",
 ];
 
-pub(crate) const SGLANG_SCHEDULE_POLICIES: &[&str] = &[
+const SGLANG_SCHEDULE_POLICIES: &[&str] = &[
     "lpm",
     "random",
     "fcfs",
@@ -190,8 +190,7 @@ pub(crate) fn rows() -> Vec<Row> {
 
 /// Flags that load code, weights or files, or take a JSON config that can name them.
 pub(crate) fn gated_rows() -> Vec<Row> {
-    let python = python_gated_rows();
-    let mut r = python;
+    let mut r = python_gated_rows();
     r.extend([
         (&["--lora-paths"][..], STR),
         (&["--cuda-graph-config"][..], STR),

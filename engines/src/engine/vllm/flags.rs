@@ -68,8 +68,7 @@ pub(crate) fn rows() -> Vec<Row> {
 
 /// Flags that load code, weights or files, or take a JSON config that can name them.
 pub(crate) fn gated_rows() -> Vec<Row> {
-    let python = python_gated_rows();
-    let mut r = python;
+    let mut r = python_gated_rows();
     r.extend([
         (&["--lora-modules"][..], STR),
         (

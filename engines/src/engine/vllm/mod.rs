@@ -8,7 +8,7 @@ use super::Engine;
 use crate::cache::{self, CacheCounters, CacheReset};
 use crate::defaults::{KindDefaults, StopSignal, args};
 use crate::flags::FlagType;
-use crate::flags::tables::Row;
+use crate::flags::tables::{Row, choice};
 use crate::logs::LogParser;
 use crate::metrics::{Agg, Mapping, Rule};
 use crate::prom::Exposition;
@@ -72,12 +72,9 @@ impl Engine for Vllm {
                     ("VLLM_USE_V1", super::zero_one()),
                     (
                         "VLLM_LOGGING_LEVEL",
-                        super::choice(&["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
+                        choice(&["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
                     ),
-                    (
-                        "VLLM_WORKER_MULTIPROC_METHOD",
-                        super::choice(&["spawn", "fork"]),
-                    ),
+                    ("VLLM_WORKER_MULTIPROC_METHOD", choice(&["spawn", "fork"])),
                     ("VLLM_USE_DEEP_GEMM", super::zero_one()),
                     ("VLLM_ALL2ALL_BACKEND", FlagType::String),
                 ]);
