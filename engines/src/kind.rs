@@ -53,7 +53,10 @@ impl fmt::Display for EngineKind {
 
 /// A kind name that is not one of the built-in kinds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown engine kind {0:?} (expected one of {expected})", expected = EngineKind::ALL.map(EngineKind::as_str).join(", "))]
+#[error(
+    "unknown engine kind {0:?} (expected one of {expected})",
+    expected = EngineKind::ALL.map(EngineKind::as_str).join(", ")
+)]
 pub struct UnknownKind(pub String);
 
 impl FromStr for EngineKind {
