@@ -146,58 +146,14 @@ impl EnvRule {
     }
 }
 
-fn zero_one() -> FlagType {
-    FlagType::Choice {
-        values: vec!["0".into(), "1".into()],
-    }
-}
-
-fn choice(values: &[&str]) -> FlagType {
-    FlagType::Choice {
-        values: values.iter().map(|v| v.to_string()).collect(),
-    }
-}
-
-/// The environment a caller may set on a built-in profile: exact names with value rules.
-/// Nothing that names a file, a library or a Python module.
+/// The environment a caller may set on a built-in profile: exact names with value rules, from
+/// the kind's module. Nothing that names a file, a library or a Python module.
 pub fn default_env_rules(kind: EngineKind) -> Vec<EnvRule> {
-    let nccl = || {
-        vec![
-            EnvRule::new("NCCL_DEBUG", choice(&["VERSION", "WARN", "INFO", "TRACE"])),
-            EnvRule::new("NCCL_DEBUG_SUBSYS", FlagType::String),
-            EnvRule::new("NCCL_P2P_DISABLE", zero_one()),
-            EnvRule::new("NCCL_IB_DISABLE", zero_one()),
-            EnvRule::new("NCCL_SHM_DISABLE", zero_one()),
-            EnvRule::new("NCCL_NVLS_ENABLE", zero_one()),
-            EnvRule::new("NCCL_CUMEM_ENABLE", zero_one()),
-            EnvRule::new("NCCL_ALGO", FlagType::String),
-            EnvRule::new("NCCL_PROTO", FlagType::String),
-        ]
-    };
-    let mut v = match kind {
-        EngineKind::Sglang => nccl(),
-        EngineKind::Vllm => {
-            let mut v = nccl();
-            v.extend([
-                EnvRule::new("VLLM_ATTENTION_BACKEND", FlagType::String),
-                EnvRule::new("VLLM_USE_V1", zero_one()),
-                EnvRule::new(
-                    "VLLM_LOGGING_LEVEL",
-                    choice(&["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
-                ),
-                EnvRule::new("VLLM_WORKER_MULTIPROC_METHOD", choice(&["spawn", "fork"])),
-                EnvRule::new("VLLM_USE_DEEP_GEMM", zero_one()),
-                EnvRule::new("VLLM_ALL2ALL_BACKEND", FlagType::String),
-            ]);
-            v
-        }
-        EngineKind::Llamacpp => vec![EnvRule::new("GGML_CUDA_ENABLE_UNIFIED_MEMORY", zero_one())],
-        EngineKind::Sim | EngineKind::Generic => Vec::new(),
-    };
-    if kind != EngineKind::Generic {
-        v.push(EnvRule::new("CUDA_VISIBLE_DEVICES", FlagType::String));
-    }
-    v
+    fleetbench_engines::defaults(kind)
+        .allowed_env
+        .into_iter()
+        .map(|(name, ty)| EnvRule::new(name, ty))
+        .collect()
 }
 
 /// Directories dataset files must lie under; empty: no file datasets at all.

@@ -18,17 +18,12 @@ const HELP_TIMEOUT: Duration = Duration::from_secs(90);
 /// The most help text read (vLLM's `--help=all` is about 150 KiB).
 const MAX_HELP: usize = 4 << 20;
 
-/// The built-in help arguments of a kind (after the program and, for SGLang, its module).
+/// The built-in help arguments of a kind (after the program), from the kind's module: `None`
+/// where the flags are fleetbench's own tables (the simulator) or the profile's (`generic`).
 pub(crate) fn default_help_args(kind: EngineKind) -> Option<Vec<String>> {
-    let v = |a: &[&str]| Some(a.iter().map(|s| s.to_string()).collect());
-    match kind {
-        EngineKind::Llamacpp => v(&["--help"]),
-        EngineKind::Sglang => v(&["-m", "sglang.launch_server", "--help"]),
-        // Without `=all`, `vllm serve --help` lists the groups, not the options.
-        EngineKind::Vllm => v(&["serve", "--help=all"]),
-        // The simulator's flags are its own tables; a generic program's are its profile's.
-        EngineKind::Sim | EngineKind::Generic => None,
-    }
+    fleetbench_engines::defaults(kind)
+        .help_args
+        .map(|a| a.iter().map(|s| s.to_string()).collect())
 }
 
 /// Which program file a read belongs to.

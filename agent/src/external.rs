@@ -317,7 +317,9 @@ pub(crate) fn metrics_kind(t: &agentpb::ExternalTarget) -> EngineKind {
         Ok(agentpb::EngineKind::Vllm) => EngineKind::Vllm,
         Ok(agentpb::EngineKind::Llamacpp) => EngineKind::Llamacpp,
         Ok(agentpb::EngineKind::Sim) => EngineKind::Sim,
-        _ => EngineKind::Generic,
+        Ok(agentpb::EngineKind::Generic | agentpb::EngineKind::Unspecified) | Err(_) => {
+            EngineKind::Generic
+        }
     }
 }
 

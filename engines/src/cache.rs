@@ -42,7 +42,7 @@ pub struct CacheFigure {
     pub note: String,
 }
 
-fn sum(expo: &Exposition, name: &str) -> Option<f64> {
+pub(crate) fn sum(expo: &Exposition, name: &str) -> Option<f64> {
     let v: Vec<f64> = expo
         .series
         .iter()
@@ -59,39 +59,9 @@ fn sum(expo: &Exposition, name: &str) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum())
 }
 
-/// Reads the cache counters of a `/metrics` scrape of `kind`.
+/// Reads the cache counters of a `/metrics` scrape of `kind` (its module names the series).
 pub fn counters(kind: EngineKind, text: &str) -> CacheCounters {
-    let expo = prom::parse(text);
-    let sglang = |c: &mut CacheCounters| {
-        c.prompt_tokens = sum(&expo, "sglang:prompt_tokens_total");
-        c.cached_tokens = sum(&expo, "sglang:cached_tokens_total");
-        c.hit_rate_gauge = sum(&expo, "sglang:cache_hit_rate");
-    };
-    let vllm = |c: &mut CacheCounters| {
-        c.hits = sum(&expo, "vllm:prefix_cache_hits_total");
-        c.queries = sum(&expo, "vllm:prefix_cache_queries_total");
-        // Versions before the counters had a hit-rate gauge.
-        c.hit_rate_gauge = sum(&expo, "vllm:gpu_prefix_cache_hit_rate");
-    };
-    let llamacpp = |c: &mut CacheCounters| {
-        c.prompt_tokens = sum(&expo, "llamacpp:prompt_tokens_total");
-    };
-    let mut c = CacheCounters::default();
-    match kind {
-        EngineKind::Sglang | EngineKind::Sim => sglang(&mut c),
-        EngineKind::Vllm => vllm(&mut c),
-        EngineKind::Llamacpp => llamacpp(&mut c),
-        EngineKind::Generic => {
-            vllm(&mut c);
-            if c.hits.is_none() {
-                sglang(&mut c);
-            }
-            if c.prompt_tokens.is_none() {
-                llamacpp(&mut c);
-            }
-        }
-    }
-    c
+    crate::engine::spec(kind).cache_counters(&prom::parse(text))
 }
 
 /// A counter's increase (a counter that went down was reset: count from zero).
@@ -121,9 +91,10 @@ pub fn level_figure(
         f.hit_rate = (q > 0.0).then(|| (h / q).clamp(0.0, 1.0));
         return f;
     }
-    let is_llamacpp = kind == EngineKind::Llamacpp
-        || (kind == EngineKind::Generic && after.cached_tokens.is_none());
-    if is_llamacpp && let Some(evaluated) = delta(before.prompt_tokens, after.prompt_tokens) {
+    let engine = crate::engine::spec(kind);
+    if engine.counts_evaluated_prompt_tokens(after)
+        && let Some(evaluated) = delta(before.prompt_tokens, after.prompt_tokens)
+    {
         f.source = "1 - llamacpp:prompt_tokens_total (evaluated) / prompt tokens sent".into();
         f.prompt_tokens_engine = Some(evaluated);
         f.hit_rate = (sent > 0).then(|| (1.0 - evaluated / sent as f64).clamp(0.0, 1.0));
@@ -134,7 +105,9 @@ pub fn level_figure(
     // absent from both scrapes while the prompt counter is there, and that is 0 hits (seen on
     // the real server: eight random prompts arriving together after a restart).
     let cached = match delta(before.cached_tokens, after.cached_tokens) {
-        None if kind == EngineKind::Sglang && after.prompt_tokens.is_some() => Some(0.0),
+        None if engine.cached_counter_created_lazily() && after.prompt_tokens.is_some() => {
+            Some(0.0)
+        }
         c => c,
     };
     if let (Some(c), Some(p)) = (cached, delta(before.prompt_tokens, after.prompt_tokens)) {
@@ -144,11 +117,7 @@ pub fn level_figure(
         return f;
     }
     if let Some(g) = after.hit_rate_gauge {
-        let name = if kind == EngineKind::Vllm {
-            "vllm:gpu_prefix_cache_hit_rate"
-        } else {
-            "sglang:cache_hit_rate"
-        };
+        let name = engine.hit_rate_gauge();
         f.source = format!("{name} (a gauge, read at the level's end)");
         f.hit_rate = Some(g.clamp(0.0, 1.0));
         return f;
@@ -168,22 +137,7 @@ pub enum CacheReset {
 
 /// The reset for `kind`, with what it cannot do (said next to the result).
 pub fn reset_for(kind: EngineKind) -> (CacheReset, &'static str) {
-    match kind {
-        EngineKind::Sglang | EngineKind::Sim | EngineKind::Generic => (
-            CacheReset::Post("/flush_cache"),
-            "SGLang refuses to flush while requests are running",
-        ),
-        EngineKind::Vllm => (
-            CacheReset::Post("/reset_prefix_cache"),
-            "vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1 in the engine's env",
-        ),
-        EngineKind::Llamacpp => (
-            CacheReset::EraseSlots,
-            "llama-server erases slots only when started with --slot-save-path (an operator's \
-             fixed arg), and its host-RAM prompt cache survives an erase unless it runs with \
-             --cache-ram 0",
-        ),
-    }
+    crate::engine::spec(kind).cache_reset()
 }
 
 /// Slot ids from llama.cpp's `GET /slots` answer (a JSON array of objects with `id`).

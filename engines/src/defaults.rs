@@ -2,6 +2,7 @@
 //! builds its default profiles from this; an operator's profile overrides any field.
 
 use crate::EngineKind;
+use crate::flags::FlagType;
 
 /// How to stop an engine: the signal sent to its process group before the grace period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -50,92 +51,31 @@ pub struct KindDefaults {
     pub start_timeout_s: u64,
     /// The engine's own default port (the agent always passes one explicitly).
     pub default_port: u16,
+    /// How the program prints its argument list (after the program), read before a start to
+    /// learn this build's flags; `None` where the flags are fleetbench's own tables (the
+    /// simulator) or the profile's (`generic`).
+    pub help_args: Option<&'static [&'static str]>,
+    /// Environment variables a caller may set on the built-in profile, by exact name, with the
+    /// type of their value. Nothing that names a file, a library or a Python module.
+    pub allowed_env: Vec<(&'static str, FlagType)>,
+    /// A Python engine (and the torch, Triton and inductor libraries under it) writes caches
+    /// and temporary files under the home directory and `/tmp` unless told otherwise: the agent
+    /// points them into the run's scratch directory.
+    pub python_scratch: bool,
+    /// The engine loads no weights and runs nothing a model name points at (fleetbench's own
+    /// simulator): its model is only a label, so its built-in profile allows any, and it keeps
+    /// the agent's user when the agent runs it from next to itself.
+    pub model_is_label: bool,
 }
 
-/// The defaults for `kind`.
+/// The defaults for `kind`, from its module.
 pub fn defaults(kind: EngineKind) -> KindDefaults {
-    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    match kind {
-        EngineKind::Sglang => KindDefaults {
-            program: "python3",
-            fixed_args: args(&[
-                "-m",
-                "sglang.launch_server",
-                "--model-path",
-                "{model}",
-                "--host",
-                "{host}",
-                "--port",
-                "{port}",
-                "--enable-metrics",
-            ]),
-            // SGLang's /health answers 503 until the server is up (after its warm-up), which
-            // is the readiness wanted; but by default it then submits a one-token generation
-            // per probe, which lands in the measured batch. With this variable false (SGLang
-            // 0.5.23's environ.py) it answers from the server's state alone. /model_info and
-            // /v1/models never generate, but answer before the warm-up request has run.
-            health_path: "/health",
-            env: &[("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "false")],
-            metrics_path: "/metrics",
-            stop_signal: StopSignal::Sigterm,
-            grace_s: 30,
-            start_timeout_s: 1800,
-            default_port: 30000,
-        },
-        EngineKind::Vllm => KindDefaults {
-            program: "vllm",
-            fixed_args: args(&["serve", "{model}", "--host", "{host}", "--port", "{port}"]),
-            health_path: "/health",
-            env: &[],
-            metrics_path: "/metrics",
-            stop_signal: StopSignal::Sigterm,
-            grace_s: 30,
-            start_timeout_s: 1800,
-            default_port: 8000,
-        },
-        EngineKind::Llamacpp => KindDefaults {
-            program: "llama-server",
-            fixed_args: args(&[
-                "-m",
-                "{model}",
-                "--host",
-                "{host}",
-                "--port",
-                "{port}",
-                "--metrics",
-            ]),
-            health_path: "/health",
-            env: &[],
-            metrics_path: "/metrics",
-            stop_signal: StopSignal::Sigterm,
-            grace_s: 10,
-            start_timeout_s: 120,
-            // The packaged build's README says 9931; older builds used 8080.
-            default_port: 9931,
-        },
-        EngineKind::Sim => KindDefaults {
-            program: "fleetbench-sim",
-            fixed_args: args(&["--host", "{host}", "--port", "{port}", "--model", "{model}"]),
-            health_path: "/health",
-            env: &[],
-            metrics_path: "/metrics",
-            stop_signal: StopSignal::Sigterm,
-            grace_s: 5,
-            start_timeout_s: 60,
-            default_port: 30000,
-        },
-        EngineKind::Generic => KindDefaults {
-            program: "",
-            fixed_args: Vec::new(),
-            health_path: "/health",
-            env: &[],
-            metrics_path: "/metrics",
-            stop_signal: StopSignal::Sigterm,
-            grace_s: 10,
-            start_timeout_s: 600,
-            default_port: 8000,
-        },
-    }
+    crate::engine::spec(kind).defaults()
+}
+
+/// Fixed arguments as owned strings.
+pub(crate) fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
 }
 
 /// Replaces `{model}`, `{host}` and `{port}` in each argument. Other braces are left alone.

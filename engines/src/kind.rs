@@ -3,35 +3,46 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A built-in engine kind. Each has its own defaults, log parsers and metric names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineKind {
-    Sglang,
-    Vllm,
-    Llamacpp,
-    Sim,
-    Generic,
+/// Declares [`EngineKind`] with its words, so that the enum, [`EngineKind::ALL`] and
+/// [`EngineKind::as_str`] cannot drift apart: a kind is one line here, and the compiler then
+/// asks for its module's arm in `crate::engine::spec`.
+macro_rules! engine_kinds {
+    ($($(#[$meta:meta])* $variant:ident => $word:literal,)+) => {
+        /// A built-in engine kind. Each has its own module (`crate::engine`): defaults, flag
+        /// tables, log parser, crash messages, metric names and cache reset.
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+        )]
+        #[serde(rename_all = "lowercase")]
+        pub enum EngineKind {
+            $($(#[$meta])* $variant,)+
+        }
+
+        impl EngineKind {
+            /// Every kind, in declaration order.
+            pub const ALL: [EngineKind; [$($word),+].len()] = [$(EngineKind::$variant),+];
+
+            /// The kind's word (as in a profile's `kind` and a job spec's `engine`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(EngineKind::$variant => $word,)+
+                }
+            }
+        }
+    };
 }
 
-impl EngineKind {
-    pub const ALL: [EngineKind; 5] = [
-        EngineKind::Sglang,
-        EngineKind::Vllm,
-        EngineKind::Llamacpp,
-        EngineKind::Sim,
-        EngineKind::Generic,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EngineKind::Sglang => "sglang",
-            EngineKind::Vllm => "vllm",
-            EngineKind::Llamacpp => "llamacpp",
-            EngineKind::Sim => "sim",
-            EngineKind::Generic => "generic",
-        }
-    }
+engine_kinds! {
+    /// SGLang.
+    Sglang => "sglang",
+    /// vLLM.
+    Vllm => "vllm",
+    /// llama.cpp's `llama-server`.
+    Llamacpp => "llamacpp",
+    /// fleetbench's simulated engine.
+    Sim => "sim",
+    /// A program fleetbench has no module for; its profile says everything.
+    Generic => "generic",
 }
 
 impl fmt::Display for EngineKind {
@@ -42,7 +53,10 @@ impl fmt::Display for EngineKind {
 
 /// A kind name that is not one of the built-in kinds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown engine kind {0:?} (expected one of sglang, vllm, llamacpp, sim, generic)")]
+#[error(
+    "unknown engine kind {0:?} (expected one of {expected})",
+    expected = EngineKind::ALL.map(EngineKind::as_str).join(", ")
+)]
 pub struct UnknownKind(pub String);
 
 impl FromStr for EngineKind {
@@ -53,5 +67,24 @@ impl FromStr for EngineKind {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| UnknownKind(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip_through_str_and_serde() {
+        for kind in EngineKind::ALL {
+            assert_eq!(kind.as_str().parse::<EngineKind>(), Ok(kind));
+            let json = serde_json::to_string(&kind).expect("serialises");
+            assert_eq!(json, format!("\"{kind}\""));
+        }
+        let e = "tgi".parse::<EngineKind>().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "unknown engine kind \"tgi\" (expected one of sglang, vllm, llamacpp, sim, generic)"
+        );
     }
 }

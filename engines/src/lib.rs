@@ -11,11 +11,15 @@
 //! - [`cache`]: emptying an engine's prefix cache, and its own figure of what it served from it.
 //! - [`defaults`]: the built-in profile data per kind (program, fixed args, probes, timeouts).
 //!
+//! Each kind's knowledge of all of the above lives in one module, `engine::<kind>`, reached
+//! through one match (`engine::spec`); the modules above ask it and hold what kinds share.
+//!
 //! A pure library: no runtime, no network; callers feed it text.
 
 pub mod cache;
 pub mod crash;
 pub mod defaults;
+mod engine;
 pub mod flags;
 mod identity;
 mod kind;

@@ -34,122 +34,33 @@ pub struct EngineMetricsData {
 
 /// How a figure combines over label sets.
 #[derive(Clone, Copy)]
-enum Agg {
+pub(crate) enum Agg {
     Sum,
     Mean,
 }
 
 /// Which series give a figure: candidate names in order (new name first, renamed old ones
 /// after), and how to combine label sets.
-struct Rule {
-    names: &'static [&'static str],
-    agg: Agg,
+pub(crate) struct Rule {
+    pub(crate) names: &'static [&'static str],
+    pub(crate) agg: Agg,
 }
 
-struct Mapping {
-    running: Rule,
-    queued: Rule,
-    kv: Rule,
-    gen_rate: Rule,
-    prompt_total: Rule,
-    gen_total: Rule,
+/// One engine's names for the common figures (each engine module holds its own).
+pub(crate) struct Mapping {
+    pub(crate) running: Rule,
+    pub(crate) queued: Rule,
+    pub(crate) kv: Rule,
+    pub(crate) gen_rate: Rule,
+    pub(crate) prompt_total: Rule,
+    pub(crate) gen_total: Rule,
 }
-
-const SGLANG: Mapping = Mapping {
-    running: Rule {
-        names: &["sglang:num_running_reqs"],
-        agg: Agg::Sum,
-    },
-    queued: Rule {
-        names: &["sglang:num_queue_reqs"],
-        agg: Agg::Sum,
-    },
-    kv: Rule {
-        names: &["sglang:token_usage"],
-        agg: Agg::Mean,
-    },
-    gen_rate: Rule {
-        names: &["sglang:gen_throughput"],
-        agg: Agg::Sum,
-    },
-    prompt_total: Rule {
-        names: &["sglang:prompt_tokens_total"],
-        agg: Agg::Sum,
-    },
-    gen_total: Rule {
-        names: &["sglang:generation_tokens_total"],
-        agg: Agg::Sum,
-    },
-};
-
-const VLLM: Mapping = Mapping {
-    running: Rule {
-        names: &["vllm:num_requests_running"],
-        agg: Agg::Sum,
-    },
-    queued: Rule {
-        names: &["vllm:num_requests_waiting"],
-        agg: Agg::Sum,
-    },
-    kv: Rule {
-        names: &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-        agg: Agg::Mean,
-    },
-    gen_rate: Rule {
-        names: &[],
-        agg: Agg::Sum,
-    },
-    prompt_total: Rule {
-        names: &["vllm:prompt_tokens_total"],
-        agg: Agg::Sum,
-    },
-    gen_total: Rule {
-        names: &["vllm:generation_tokens_total"],
-        agg: Agg::Sum,
-    },
-};
-
-const LLAMACPP: Mapping = Mapping {
-    running: Rule {
-        names: &["llamacpp:requests_processing"],
-        agg: Agg::Sum,
-    },
-    queued: Rule {
-        names: &["llamacpp:requests_deferred"],
-        agg: Agg::Sum,
-    },
-    kv: Rule {
-        names: &["llamacpp:kv_cache_usage_ratio"],
-        agg: Agg::Mean,
-    },
-    // `predicted_tokens_seconds` is a per-request decode speed, not the server's rate (above).
-    gen_rate: Rule {
-        names: &[],
-        agg: Agg::Sum,
-    },
-    prompt_total: Rule {
-        names: &["llamacpp:prompt_tokens_total"],
-        agg: Agg::Sum,
-    },
-    gen_total: Rule {
-        names: &["llamacpp:tokens_predicted_total"],
-        agg: Agg::Sum,
-    },
-};
 
 /// Reads a scrape of `kind`'s `/metrics` and maps it. `generic` uses whichever built-in
 /// engine's names the scrape carries.
 pub fn map_metrics(kind: EngineKind, text: &str) -> EngineMetricsData {
     let expo = prom::parse(text);
-    let mapping = match kind {
-        EngineKind::Sglang | EngineKind::Sim => &SGLANG,
-        EngineKind::Vllm => &VLLM,
-        EngineKind::Llamacpp => &LLAMACPP,
-        EngineKind::Generic => [&SGLANG, &VLLM, &LLAMACPP]
-            .into_iter()
-            .find(|m| figure(&expo, &m.running).is_some())
-            .unwrap_or(&SGLANG),
-    };
+    let mapping = crate::engine::spec(kind).metric_mapping(&expo);
     EngineMetricsData {
         running_requests: figure(&expo, &mapping.running),
         queued_requests: figure(&expo, &mapping.queued),
@@ -165,7 +76,7 @@ pub fn map_metrics(kind: EngineKind, text: &str) -> EngineMetricsData {
 /// The first candidate name present, combined over its label sets. Series of tensor- or
 /// pipeline-parallel ranks other than 0 are left out: SGLang's schedulers may each report
 /// the same batch, and summing them would count it once per rank.
-fn figure(expo: &Exposition, rule: &Rule) -> Option<f64> {
+pub(crate) fn figure(expo: &Exposition, rule: &Rule) -> Option<f64> {
     rule.names.iter().find_map(|name| {
         let all: Vec<&Series> = expo.series.iter().filter(|s| s.name == *name).collect();
         let rank0: Vec<&Series> = all

@@ -6,7 +6,7 @@
 use fleetbench_engines::{EngineKind, ExitInfo};
 use libfuzzer_sys::fuzz_target;
 
-const KINDS: [EngineKind; 5] = EngineKind::ALL;
+const KINDS: &[EngineKind] = &EngineKind::ALL;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 3 {

@@ -5,7 +5,7 @@
 use fleetbench_engines::EngineKind;
 use libfuzzer_sys::fuzz_target;
 
-const KINDS: [EngineKind; 5] = EngineKind::ALL;
+const KINDS: &[EngineKind] = &EngineKind::ALL;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         e.series.len(),
         text.lines().count()
     );
-    for kind in KINDS {
+    for &kind in KINDS {
         let _ = fleetbench_engines::map_metrics(kind, &text);
     }
 });

@@ -14,8 +14,8 @@ pub(crate) struct Problem {
     pub(crate) message: String,
 }
 
-/// `generic` has no built-in rules: its agent profile lists its flags, so any flag passes
-/// here. A config that names its own `profile` may use flags that profile adds or passes
+/// A kind without built-in rules (`generic`) has its flags listed by its agent profile, so any
+/// flag passes here. A config that names its own `profile` may use flags that profile adds or passes
 /// through: an unknown name, or a choice the tables do not know, is then left to the agent;
 /// other values of known flags are still checked.
 pub(crate) fn check(
@@ -24,7 +24,7 @@ pub(crate) fn check(
     name: &str,
     value: Option<&str>,
 ) -> Result<(), Problem> {
-    if kind == EngineKind::Generic {
+    if fleetbench_engines::flags::builtin_rules(kind).is_empty() {
         return Ok(());
     }
     // A risky flag (remote code, JSON configs, loaders) is off on the built-in profile: say so

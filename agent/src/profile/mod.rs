@@ -232,7 +232,7 @@ impl Profile {
                     // The simulated engine loads no weights and runs nothing a model name
                     // points at: its model is only a label, so any label is allowed. Every
                     // real engine's built-in profile allows no model until the config lists it.
-                    if kind == EngineKind::Sim {
+                    if d.model_is_label {
                         p.models.any = true;
                     }
                     (kind.as_str().to_string(), p)
@@ -262,7 +262,7 @@ impl Profile {
         // fleetbench's own simulator (kind sim, its program found next to the agent) loads no
         // weights and runs nothing a request names, so it keeps the agent's user; every other
         // program drops to the engine user unless the profile names run_as_root.
-        let run_as_root = raw.run_as_root || (raw.kind == EngineKind::Sim && raw.program.is_none());
+        let run_as_root = raw.run_as_root || (d.model_is_label && raw.program.is_none());
         let program = raw.program.unwrap_or_else(|| d.program.to_string());
         if program.is_empty() {
             return Err(ConfigError::field(

@@ -202,7 +202,7 @@ fn scratch_env(
     data_dir: &Path,
     run_id: &str,
 ) -> std::io::Result<()> {
-    if !matches!(plan.kind, EngineKind::Vllm | EngineKind::Sglang) {
+    if !fleetbench_engines::defaults(plan.kind).python_scratch {
         return Ok(());
     }
     let dir = scratch_dir(data_dir, run_id);

@@ -133,6 +133,8 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
         .map(|l| strip_prefix(l).message.into_owned())
         .collect();
     let tracebacks = parse_tracebacks(&lines);
+    // What the engine's own lines say about an out-of-memory without a traceback.
+    let oom_what = crate::engine::spec(kind).oom_detail(&lines);
     let evidence = patterns::find_evidence(kind, &lines);
 
     let (class, exc, message, frames) = if exit.port_in_use_before_start {
@@ -176,11 +178,9 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
                 tb.message.clone(),
                 last_frames(tb),
             ),
-            (CrashClass::Oom, None) if matches!(kind, EngineKind::Llamacpp) => (
+            (CrashClass::Oom, None) if oom_what.is_some() => (
                 CrashClass::Oom,
-                patterns::llamacpp_oom_what(&lines)
-                    .map(str::to_string)
-                    .unwrap_or_default(),
+                oom_what.clone().unwrap_or_default(),
                 ev.line.clone(),
                 Vec::new(),
             ),

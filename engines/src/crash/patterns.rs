@@ -132,41 +132,16 @@ pub(super) fn find_evidence(kind: EngineKind, lines: &[String]) -> Vec<Evidence>
     out
 }
 
-/// Errors that end an engine without a traceback: llama.cpp's own messages and argparse's
-/// usage errors.
+/// Errors that end an engine without a traceback: the engine's own messages (its module knows
+/// them) and argparse's usage errors.
 fn engine_error_kind(kind: EngineKind, l: &str) -> Option<String> {
-    if matches!(kind, EngineKind::Llamacpp | EngineKind::Generic) {
-        if l.starts_with("error while handling argument")
-            || l.starts_with("error: invalid argument")
-        {
-            return Some("llama.cpp: invalid argument".to_string());
-        }
-        if l.contains("failed to load model") || l.contains("exiting due to model loading error") {
-            return Some("llama.cpp: failed to load model".to_string());
-        }
+    if let Some(e) = crate::engine::spec(kind).engine_error(l) {
+        return Some(e.to_string());
     }
     if USAGE_ERROR.is_match(l) && !l.starts_with("Traceback") {
         return Some("usage error".to_string());
     }
     None
-}
-
-/// What llama.cpp failed to fit in GPU memory, from the lines it prints after the failed
-/// allocation (`cudaMalloc failed: out of memory` names only the size). The remedy differs:
-/// a smaller `--ctx-size` or a quantized `--cache-type-k` for the KV cache, fewer
-/// `--n-gpu-layers` for the weights, a smaller `--ubatch-size` for the compute buffers.
-pub(super) fn llamacpp_oom_what(lines: &[String]) -> Option<&'static str> {
-    lines.iter().rev().find_map(|l| {
-        if l.contains("failed to allocate buffer for kv cache") {
-            Some("llama.cpp: KV cache does not fit in GPU memory")
-        } else if l.contains("unable to allocate") && l.contains(" buffer") {
-            Some("llama.cpp: model weights do not fit in GPU memory")
-        } else if l.contains("failed to allocate compute") {
-            Some("llama.cpp: compute buffers do not fit in GPU memory")
-        } else {
-            None
-        }
-    })
 }
 
 /// The evidence that decides the class: the best-ranked class, its first line. For NCCL, a

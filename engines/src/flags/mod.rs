@@ -82,16 +82,17 @@ pub enum FlagError {
 pub mod help;
 pub mod json;
 mod policy;
-mod tables;
+pub(crate) mod tables;
 
 pub use help::{EngineArgs, HelpOption};
 pub use json::{JsonKey, check_json};
 pub use policy::{Checked, FlagPolicy, MAX_FLAG_VALUE_LEN};
 
-pub use tables::{
-    DEPRECATED, SGLANG_ATTENTION_BACKENDS, SGLANG_KV_CACHE_DTYPES, SGLANG_MOE_A2A_BACKENDS,
-    SGLANG_MOE_RUNNER_BACKENDS, builtin_rules, canonical_flag, replacement,
+pub use crate::engine::sglang::flags::{
+    SGLANG_ATTENTION_BACKENDS, SGLANG_KV_CACHE_DTYPES, SGLANG_MOE_A2A_BACKENDS,
+    SGLANG_MOE_RUNNER_BACKENDS,
 };
+pub use tables::{builtin_rules, canonical_flag, replacement};
 
 use crate::EngineKind;
 

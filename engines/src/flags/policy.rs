@@ -129,7 +129,7 @@ impl FlagPolicy {
         FlagPolicy {
             kind,
             entries,
-            abbrev: matches!(kind, EngineKind::Sglang | EngineKind::Vllm),
+            abbrev: crate::engine::spec(kind).argparse_prefixes(),
         }
     }
 

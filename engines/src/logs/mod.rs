@@ -1,11 +1,10 @@
 //! Facts read from an engine's log lines: the effective server args, KV-cache size, batch
 //! limits, load and capture times, readiness. One parser per kind; each takes raw lines
 //! (logger prefix, ANSI colours and all) and fails soft: a line it does not know yields nothing.
+//! The parsers live in their engine's module (`crate::engine::<kind>::logs`); this module holds
+//! what they share.
 
-mod llamacpp;
 mod prefix;
-mod sglang;
-mod vllm;
 
 pub use prefix::{Stripped, strip_prefix};
 
@@ -49,12 +48,7 @@ pub trait LogParser: Send {
 
 /// The parser for `kind`. `sim` imitates SGLang's log; `generic` knows no facts.
 pub fn parser(kind: EngineKind) -> Box<dyn LogParser> {
-    match kind {
-        EngineKind::Sglang | EngineKind::Sim => Box::new(sglang::SglangParser::default()),
-        EngineKind::Vllm => Box::new(vllm::VllmParser),
-        EngineKind::Llamacpp => Box::new(llamacpp::LlamaCppParser::default()),
-        EngineKind::Generic => Box::new(NoFacts),
-    }
+    crate::engine::spec(kind).log_parser()
 }
 
 /// Runs `kind`'s parser over all `lines` and returns every fact in order.
@@ -63,7 +57,8 @@ pub fn parse_all<'a>(kind: EngineKind, lines: impl IntoIterator<Item = &'a str>)
     lines.into_iter().flat_map(|l| p.parse_line(l)).collect()
 }
 
-struct NoFacts;
+/// The parser of an engine whose log fleetbench does not know (`generic`).
+pub(crate) struct NoFacts;
 
 impl LogParser for NoFacts {
     fn parse_line(&mut self, _line: &str) -> Vec<LogFact> {
@@ -73,7 +68,7 @@ impl LogParser for NoFacts {
 
 /// Reads a Python repr (dict or dataclass) into a JSON object string; `None` when it is not
 /// one, so a format change yields no fact rather than a wrong one.
-fn repr_to_json_object(repr: &str) -> Option<String> {
+pub(crate) fn repr_to_json_object(repr: &str) -> Option<String> {
     match crate::pyrepr::parse(repr.trim()) {
         Ok(v @ serde_json::Value::Object(_)) => Some(v.to_string()),
         _ => None,

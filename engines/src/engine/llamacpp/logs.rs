@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::{LogFact, LogParser, strip_prefix};
+use crate::logs::{LogFact, LogParser, strip_prefix};
 
 static SLOTS: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\bn_slots\s*=\s*(\d+)").expect("valid regex"));

@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::{LogFact, LogParser, repr_to_json_object, strip_prefix};
+use crate::logs::{LogFact, LogParser, repr_to_json_object, strip_prefix};
 
 static KV_POOL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
