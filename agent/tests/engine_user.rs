@@ -245,3 +245,96 @@ async fn the_agents_external_secrets_do_not_reach_its_engines() {
         .await
         .unwrap();
 }
+
+/// The start time of `pid` in clock ticks (`/proc/PID/stat` field 22), as the agent notes it.
+fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+/// A root agent whose data directory the engine user can write would follow what an engine
+/// planted there: here the note of a previous engine's process group, which the agent stops at
+/// start. With the directory the engine user's (or anyone's to write), the agent exits with
+/// code 2 naming the directory and why, binds nothing and signals nobody; once the directory is
+/// root's alone again, the same note is acted on (the victim is stopped: the attack was real).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_the_engine_user_can_write_stops_a_root_agent_before_it_acts() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // a non-root agent drops to nobody: its engines are its own user already
+    }
+    let (uid, gid, _) = engine_user();
+    let mut agent = Agent::start("").unwrap();
+    assert!(agent.terminate(Duration::from_secs(20)));
+    let data = agent.data_dir();
+    /// Killed when the test ends, however it ends.
+    struct Victim(std::process::Child);
+    impl Drop for Victim {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut victim = Victim(
+        std::process::Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let pid = victim.0.id();
+    // What an engine running as the engine user could write into a directory it can write.
+    let note = data.join("engine.pgid");
+    let plant = || std::fs::write(&note, format!("{pid} {}\n", start_ticks(pid))).unwrap();
+    let set =
+        |mode: u32| std::fs::set_permissions(&data, std::fs::Permissions::from_mode(mode)).unwrap();
+    for (what, owner, mode, why) in [
+        (
+            "the engine user's",
+            Some((uid, gid)),
+            0o700,
+            "owned by the engine user",
+        ),
+        ("world-writable", None, 0o777, "writable by every user"),
+        (
+            "world-writable, sticky",
+            None,
+            0o1777,
+            "writable by every user",
+        ),
+    ] {
+        plant();
+        std::os::unix::fs::chown(
+            &data,
+            owner.map(|o| o.0).or(Some(0)),
+            owner.map(|o| o.1).or(Some(0)),
+        )
+        .unwrap();
+        set(mode);
+        let (status, stderr, listened) = agent.run_to_exit(Duration::from_secs(30));
+        assert_eq!(status.code(), Some(2), "{what}: {status}: {stderr}");
+        assert!(!listened, "{what}: the agent bound its port: {stderr}");
+        for w in [&*data.to_string_lossy(), why, "data_dir", ENGINE_USER] {
+            assert!(stderr.contains(w), "{what}: {w:?} not in {stderr}");
+        }
+        assert!(
+            victim.0.try_wait().unwrap().is_none(),
+            "{what}: the agent signalled the process group the planted note named"
+        );
+        eprintln!("{what}: exit {status}: {}", stderr.trim());
+    }
+    // Root's alone again: the agent starts and acts on the note (the victim is stopped).
+    std::os::unix::fs::chown(&data, Some(0), Some(0)).unwrap();
+    set(0o700);
+    plant();
+    agent.relaunch();
+    assert!(
+        eventually(Duration::from_secs(30), || victim
+            .0
+            .try_wait()
+            .unwrap()
+            .is_some())
+        .await,
+        "the agent did not act on the note"
+    );
+}
