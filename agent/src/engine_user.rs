@@ -138,6 +138,40 @@ pub fn resolve(cfg: &EngineUserConfig, profile: &str) -> Result<Credentials, Eng
     })
 }
 
+/// The ids a child is switched to between fork and exec, prepared before the fork.
+#[derive(Debug, Clone)]
+pub(crate) struct SwitchIds {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+impl SwitchIds {
+    pub(crate) fn of(c: &Credentials) -> SwitchIds {
+        SwitchIds {
+            uid: c.uid as libc::uid_t,
+            gid: c.gid as libc::gid_t,
+            groups: c.groups.iter().map(|&g| g as libc::gid_t).collect(),
+        }
+    }
+
+    /// Switches this process: supplementary groups first (they need root), then all of real,
+    /// effective and saved gid, then uid (the filesystem ids follow the effective ones). Only
+    /// async-signal-safe calls on memory allocated before the fork: meant for `pre_exec`.
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
+        // SAFETY: plain system calls on a slice that outlives them.
+        let failed = unsafe {
+            libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
+                || libc::setresgid(self.gid, self.gid, self.gid) != 0
+                || libc::setresuid(self.uid, self.uid, self.uid) != 0
+        };
+        if failed {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 /// `Err` naming the file when `creds` could read it by its mode bits (owner, group, other).
 pub fn check_unreadable(field: &str, path: &Path, creds: &Credentials) -> Result<(), String> {
     let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -338,3 +338,98 @@ async fn a_data_directory_the_engine_user_can_write_stops_a_root_agent_before_it
         "the agent did not act on the note"
     );
 }
+
+/// The flag reader's `--help` probe runs as the engine would (issue 22): as the engine user,
+/// without the agent's external secrets, in a working directory it may enter but not write
+/// (`python -m` imports from there first: nothing can be planted for a root process to run),
+/// with HOME and TMPDIR in a scratch directory of its own that is gone afterwards. The fake
+/// engine's `--help` writes what it saw where the test reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_help_probe_runs_as_the_engine_user_in_a_directory_it_cannot_write() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // nothing to drop: the probe runs as the agent, in a 0700 directory of its own
+    }
+    let (uid, gid, _) = engine_user();
+    let port = fleetbench_testkit::free_port();
+    let bin = tempfile::tempdir().unwrap();
+    let sim = sim_for_anyone(bin.path());
+    let out = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(out.path(), Some(uid), Some(gid)).unwrap();
+    let o = out.path().display();
+    let script = bin.path().join("fake-engine");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             if [ \"$1\" = --help ]; then\n\
+               id -u > {o}/uid\n\
+               pwd > {o}/cwd\n\
+               if touch ./planted.py 2>/dev/null; then echo writable; else echo not-writable; fi > {o}/cwd-writable\n\
+               ls -A . > {o}/cwd-entries\n\
+               echo \"$HOME\" > {o}/home\n\
+               if touch \"$HOME/x\" && touch \"$TMPDIR/x\"; then echo ok; else echo no; fi > {o}/scratch-writable\n\
+               env > {o}/env\n\
+               echo 'usage: fake-engine [--port PORT]'\n\
+               exit 0\n\
+             fi\n\
+             exec {sim:?} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = Agent::start_with_env(
+        &format!(
+            "[engine_user]\nname = {ENGINE_USER:?}\n\n\
+             [external]\nsecret_env = [\"FLEETBENCH_TEST_TARGET_KEY\"]\n\n\
+             [profiles.probed]\nkind = \"sim\"\nprogram = {script:?}\nhelp_args = [\"--help\"]\n\
+             port = {port}\nmodels = [\"sim-model\"]\n"
+        ),
+        &[("FLEETBENCH_TEST_TARGET_KEY", "tok-secret-9f2c")],
+    )
+    .unwrap();
+    open_dirs(&agent);
+    let pid = start_engine(&agent, "probed", port).await.unwrap();
+    assert_eq!(ids(pid).0, vec![uid; 4], "the engine itself");
+    let read = |name: &str| {
+        std::fs::read_to_string(out.path().join(name))
+            .unwrap_or_else(|e| panic!("the probe did not write {name}: {e}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(read("uid"), uid.to_string(), "the probe's uid");
+    assert_eq!(
+        read("cwd-writable"),
+        "not-writable",
+        "the probe could write its working directory"
+    );
+    assert_eq!(
+        read("cwd-entries"),
+        "",
+        "the probe's working directory was not empty"
+    );
+    let cwd = read("cwd");
+    assert!(cwd.contains("fleetbench-help-"), "{cwd}");
+    let home = read("home");
+    assert!(
+        home.contains("fleetbench-help-") && home != cwd,
+        "HOME {home}, cwd {cwd}"
+    );
+    assert_eq!(
+        read("scratch-writable"),
+        "ok",
+        "HOME and TMPDIR are the probe's own"
+    );
+    let env = read("env");
+    assert!(env.contains(&format!("USER={ENGINE_USER}")), "{env}");
+    assert!(
+        !env.contains("tok-secret-9f2c"),
+        "the external secret reached the probe"
+    );
+    for d in [&cwd, &home] {
+        assert!(!Path::new(d).exists(), "left behind: {d}");
+    }
+    let mut c = agent.client().await.unwrap();
+    c.stop_engine(agentpb::StopEngineRequest { lease_epoch: 0 })
+        .await
+        .unwrap();
+}
