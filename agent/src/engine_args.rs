@@ -59,6 +59,15 @@ impl Clone for Cache {
     }
 }
 
+/// Who the `--help` probe runs as: as the engine will.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ProbeAs<'a> {
+    /// The engine user (`None`: the agent's own user).
+    pub run_as: Option<&'a Credentials>,
+    /// Variables of the agent's environment the engine does not inherit.
+    pub withheld: &'a [String],
+}
+
 /// Where the probe runs: a fresh directory under the system's temporary directory, removed
 /// after. `cwd` is its working directory, `scratch` its HOME, TMPDIR and caches.
 struct ProbeDirs {
@@ -216,9 +225,9 @@ impl Cache {
         help_args: Option<&[String]>,
         pass_through: &[String],
         env: &std::collections::BTreeMap<String, String>,
-        run_as: Option<&Credentials>,
-        withheld: &[String],
+        probe_as: ProbeAs<'_>,
     ) -> Effective {
+        let ProbeAs { run_as, withheld } = probe_as;
         let key = Key {
             program: program.clone(),
             modified: std::fs::metadata(program).and_then(|m| m.modified()).ok(),

@@ -35,8 +35,7 @@ impl Profile {
                 self.help_args.as_deref(),
                 &self.pass_through,
                 &self.env,
-                run_as,
-                withheld,
+                crate::engine_args::ProbeAs { run_as, withheld },
             )
             .await;
         let mut plan = self.plan_with(spec, &eff.flags)?;
