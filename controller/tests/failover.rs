@@ -279,7 +279,7 @@ async fn a_leader_frozen_inside_a_fenced_write_loses_the_lead_within_the_bound()
         .await
         .unwrap();
     signal(&old, "STOP");
-    let (mut s, takeover) = takeover_from_frozen(&standby).await;
+    let (_s, takeover) = takeover_from_frozen(&standby).await;
     println!("takeover from a leader frozen (SIGSTOP) inside a fenced write: {takeover:.2?}");
     assert_eq!(store.leader().await.unwrap().epoch, 2);
     // The frozen transaction was ended by the server, not committed.
