@@ -138,6 +138,40 @@ pub fn resolve(cfg: &EngineUserConfig, profile: &str) -> Result<Credentials, Eng
     })
 }
 
+/// The ids a child is switched to between fork and exec, prepared before the fork.
+#[derive(Debug, Clone)]
+pub(crate) struct SwitchIds {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+impl SwitchIds {
+    pub(crate) fn of(c: &Credentials) -> SwitchIds {
+        SwitchIds {
+            uid: c.uid as libc::uid_t,
+            gid: c.gid as libc::gid_t,
+            groups: c.groups.iter().map(|&g| g as libc::gid_t).collect(),
+        }
+    }
+
+    /// Switches this process: supplementary groups first (they need root), then all of real,
+    /// effective and saved gid, then uid (the filesystem ids follow the effective ones). Only
+    /// async-signal-safe calls on memory allocated before the fork: meant for `pre_exec`.
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
+        // SAFETY: plain system calls on a slice that outlives them.
+        let failed = unsafe {
+            libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
+                || libc::setresgid(self.gid, self.gid, self.gid) != 0
+                || libc::setresuid(self.uid, self.uid, self.uid) != 0
+        };
+        if failed {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 /// `Err` naming the file when `creds` could read it by its mode bits (owner, group, other).
 pub fn check_unreadable(field: &str, path: &Path, creds: &Credentials) -> Result<(), String> {
     let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -156,6 +190,79 @@ pub fn check_unreadable(field: &str, path: &Path, creds: &Credentials) -> Result
         ));
     }
     Ok(())
+}
+
+/// The directories of the agent's data directory that must not be the engine user's to write:
+/// the directory itself and what the agent makes in it (`runs` for logs, `s` for scratch).
+const DATA_LEAVES: [&str; 2] = ["runs", "s"];
+
+/// `Err` naming the directory and why, when the engine user could change what the root agent
+/// finds in its data directory `dir`: write into it (or into `runs`, `s`), or replace it or any
+/// directory above it (one it owns, or one it may write without the sticky bit). A root agent
+/// follows the run logs' paths and signals the process group `engine.pgid` names, so a data
+/// directory the engine user can write lets an engine point those at anything. Directories
+/// that do not exist yet are skipped (the agent checks again after making them).
+pub fn check_data_dir(dir: &Path, creds: &Credentials) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let in_group = |gid: u32| gid == creds.gid || creds.groups.contains(&gid);
+    // Where the engine user can write or replace `path`, in words.
+    let why = |path: &Path, leaf: bool| -> Option<String> {
+        let m = std::fs::metadata(path).ok()?;
+        let mode = m.permissions().mode() & 0o7777;
+        let sticky = mode & 0o1000 != 0;
+        let owner = m.uid() == creds.uid;
+        let group = mode & 0o020 != 0 && in_group(m.gid());
+        let world = mode & 0o002 != 0;
+        let why = if owner {
+            format!("is owned by the engine user {:?}", creds.user)
+        } else if leaf && group {
+            format!(
+                "is writable by its group {}, one of the engine user's",
+                m.gid()
+            )
+        } else if leaf && world {
+            "is writable by every user".to_string()
+        } else if !sticky && group {
+            format!(
+                "is writable by its group {}, one of the engine user's, without the sticky bit",
+                m.gid()
+            )
+        } else if !sticky && world {
+            "is writable by every user without the sticky bit".to_string()
+        } else {
+            return None;
+        };
+        Some(format!(
+            "{} (mode {mode:04o}, owner {}:{}) {why}",
+            path.display(),
+            m.uid(),
+            m.gid()
+        ))
+    };
+    let mut leaves = vec![dir.to_path_buf()];
+    leaves.extend(DATA_LEAVES.iter().map(|l| dir.join(l)));
+    let real = std::fs::canonicalize(dir).ok();
+    let mut above: Vec<PathBuf> = dir.ancestors().skip(1).map(Path::to_path_buf).collect();
+    if let Some(r) = &real {
+        leaves.push(r.clone());
+        above.extend(r.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    let found = leaves
+        .iter()
+        .find_map(|p| why(p, true))
+        .or_else(|| above.iter().find_map(|p| why(p, false)));
+    match found {
+        None => Ok(()),
+        Some(what) => Err(format!(
+            "the data directory {}: {what}, so the engine user could plant files or links \
+             where the agent (root) writes its logs and reads the engine's process group; \
+             make it and every directory above it owned by root and not writable by {:?} \
+             (e.g. chown root:root and chmod 0700 {})",
+            dir.display(),
+            creds.user,
+            dir.display()
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -198,6 +305,69 @@ mod tests {
             ..other
         };
         assert!(check_unreadable("tls.key", &f, &owner).is_err());
+    }
+
+    #[test]
+    fn a_data_directory_the_engine_user_could_write_or_replace_is_named() {
+        let top = tempfile::tempdir().unwrap();
+        let parent = top.path().join("parent");
+        let data = parent.join("data");
+        std::fs::create_dir_all(data.join("runs")).unwrap();
+        let m = std::fs::metadata(&data).unwrap();
+        let other = Credentials {
+            user: "e".into(),
+            uid: m.uid() + 1,
+            gid: m.gid() + 1,
+            groups: vec![],
+            home: "/".into(),
+        };
+        let set = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set(&parent, 0o755);
+        set(&data, 0o700);
+        check_data_dir(&data, &other).unwrap();
+        // The directory itself: world-writable, even with the sticky bit.
+        for mode in [0o777, 0o1777] {
+            set(&data, mode);
+            let e = check_data_dir(&data, &other).unwrap_err();
+            assert!(
+                e.contains("writable by every user") && e.contains(&*data.to_string_lossy()),
+                "{e}"
+            );
+        }
+        set(&data, 0o700);
+        // `runs` inside it, group-writable by one of the engine user's groups.
+        set(&data.join("runs"), 0o770);
+        let in_group = Credentials {
+            groups: vec![m.gid()],
+            ..other.clone()
+        };
+        let e = check_data_dir(&data, &in_group).unwrap_err();
+        assert!(
+            e.contains("runs") && e.contains("one of the engine user's"),
+            "{e}"
+        );
+        check_data_dir(&data, &other).unwrap();
+        set(&data.join("runs"), 0o700);
+        // A directory above it that anyone may write (the data directory could be renamed
+        // away and replaced), unless sticky.
+        set(&parent, 0o777);
+        let e = check_data_dir(&data, &other).unwrap_err();
+        assert!(
+            e.contains("without the sticky bit") && e.contains("parent"),
+            "{e}"
+        );
+        set(&parent, 0o1777);
+        check_data_dir(&data, &other).unwrap();
+        set(&parent, 0o755);
+        // Owned by the engine user.
+        let owner = Credentials {
+            uid: m.uid(),
+            ..other.clone()
+        };
+        let e = check_data_dir(&data, &owner).unwrap_err();
+        assert!(e.contains("owned by the engine user"), "{e}");
     }
 
     #[test]

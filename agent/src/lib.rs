@@ -63,6 +63,9 @@ pub enum AgentError {
         path: String,
         source: std::io::Error,
     },
+    /// The engine user could write or replace the data directory (a root agent only).
+    #[error("data_dir: {0}")]
+    UnsafeDataDir(String),
     /// The lease epoch file cannot be trusted (see [`lease`]).
     #[error(transparent)]
     EpochFile(#[from] lease::EpochFileError),
@@ -135,12 +138,26 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
         Some(c) => Some((register::endpoint(c)?, c.clone())),
         None => None,
     };
+    // A root agent whose engines drop to the engine user: that user must not be able to write
+    // or replace the data directory (checked before it is made, and again after).
+    let engine_creds = match &config.engine_user {
+        Some(u) if engine_user::agent_is_root() => engine_user::resolve(u, "NAME").ok(),
+        _ => None,
+    };
+    let check_data_dir = || match &engine_creds {
+        Some(c) => {
+            engine_user::check_data_dir(&config.data_dir, c).map_err(AgentError::UnsafeDataDir)
+        }
+        None => Ok(()),
+    };
+    check_data_dir()?;
     std::fs::create_dir_all(config.data_dir.join("runs")).map_err(|source| {
         AgentError::DataDir {
             path: config.data_dir.display().to_string(),
             source,
         }
     })?;
+    check_data_dir()?;
     // Before anything else runs: a corrupt epoch file must not let the agent hand out epochs.
     let leases = lease::Leases::open(&config.data_dir)?;
     supervisor::group::become_subreaper();

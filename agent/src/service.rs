@@ -147,13 +147,19 @@ impl Agent for AgentService {
                     .join(", "),
             })
         })?;
-        let mut plan = profile.plan_checked(&spec).await.map_err(RpcError::from)?;
-        plan.withheld_env = self.cfg.external.secret_env_names().to_vec();
-        if let Some(users) = &self.cfg.engine_user {
-            plan.run_as =
+        // Who the engine runs as, before anything runs: the engine's own `--help` is read as
+        // that user too (as root it would run whatever the engine user could plant).
+        let run_as = match &self.cfg.engine_user {
+            Some(users) => {
                 crate::engine_user::for_profile(users, profile.run_as_root, &profile.name)
-                    .map_err(|e| Status::failed_precondition(e.to_string()))?;
-        }
+                    .map_err(|e| Status::failed_precondition(e.to_string()))?
+            }
+            None => None,
+        };
+        let plan = profile
+            .plan_checked(&spec, run_as.as_ref(), self.cfg.external.secret_env_names())
+            .await
+            .map_err(RpcError::from)?;
         let run_id = run_id(&req.run_id, &plan.config_id)?;
         let rx = self
             .sup

@@ -601,3 +601,54 @@ async fn a_foreign_agent_certificate_cannot_call_an_agent() {
     let mut c = agent.client().await.unwrap();
     nothing_started(&agent, &mut c).await;
 }
+
+/// Issue 22: a pool the level budget allows but that is large (2,000 prompts of 128 Ki
+/// tokens, 4 GiB as the budget counts it) is not built up front: the level starts at once and
+/// the agent's peak memory stays far below the pool's size (each prompt is made from the seed
+/// and its index when its request goes out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_budget_pool_of_long_prompts_is_not_built_up_front() {
+    use agentpb::benchmark_event::Event as B;
+    let agent = Agent::start("").unwrap();
+    let mut c = agent.client().await.unwrap();
+    let port = fleetbench_testkit::free_port();
+    let events = apply_sim(&mut c, port, &[]).await;
+    assert!(ready(&events).is_some(), "{events:?}");
+    let req = agentpb::RunBenchmarkRequest {
+        workload: Some(random_workload(131_072, 1)),
+        levels: vec![closed(4)],
+        bound: Some(agentpb::run_benchmark_request::Bound::NumRequests(2_000)),
+        run_id: "abuse-pool".into(),
+        ..Default::default()
+    };
+    let mut stream = c.run_benchmark(req).await.unwrap().into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(e) = tokio_stream::StreamExt::next(&mut stream).await {
+            if let Some(B::Progress(p)) = e.unwrap().event {
+                return p;
+            }
+        }
+        panic!("the benchmark ended without progress")
+    })
+    .await
+    .expect("no level progress within 60 s: the prompts were being built up front");
+    let hwm_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", agent.pid()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    eprintln!(
+        "first progress {first:?}; agent peak memory {} MiB",
+        hwm_kib >> 10
+    );
+    assert!(
+        hwm_kib < 1 << 20,
+        "the agent's peak memory was {} MiB for a pool counted at 4 GiB",
+        hwm_kib >> 10
+    );
+    drop(stream);
+    c.stop_engine(agentpb::StopEngineRequest { lease_epoch: 0 })
+        .await
+        .unwrap();
+}

@@ -245,3 +245,191 @@ async fn the_agents_external_secrets_do_not_reach_its_engines() {
         .await
         .unwrap();
 }
+
+/// The start time of `pid` in clock ticks (`/proc/PID/stat` field 22), as the agent notes it.
+fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+/// A root agent whose data directory the engine user can write would follow what an engine
+/// planted there: here the note of a previous engine's process group, which the agent stops at
+/// start. With the directory the engine user's (or anyone's to write), the agent exits with
+/// code 2 naming the directory and why, binds nothing and signals nobody; once the directory is
+/// root's alone again, the same note is acted on (the victim is stopped: the attack was real).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_the_engine_user_can_write_stops_a_root_agent_before_it_acts() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // a non-root agent drops to nobody: its engines are its own user already
+    }
+    let (uid, gid, _) = engine_user();
+    let mut agent = Agent::start("").unwrap();
+    assert!(agent.terminate(Duration::from_secs(20)));
+    let data = agent.data_dir();
+    /// Killed when the test ends, however it ends.
+    struct Victim(std::process::Child);
+    impl Drop for Victim {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut victim = Victim(
+        std::process::Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let pid = victim.0.id();
+    // What an engine running as the engine user could write into a directory it can write.
+    let note = data.join("engine.pgid");
+    let plant = || std::fs::write(&note, format!("{pid} {}\n", start_ticks(pid))).unwrap();
+    let set =
+        |mode: u32| std::fs::set_permissions(&data, std::fs::Permissions::from_mode(mode)).unwrap();
+    for (what, owner, mode, why) in [
+        (
+            "the engine user's",
+            Some((uid, gid)),
+            0o700,
+            "owned by the engine user",
+        ),
+        ("world-writable", None, 0o777, "writable by every user"),
+        (
+            "world-writable, sticky",
+            None,
+            0o1777,
+            "writable by every user",
+        ),
+    ] {
+        plant();
+        std::os::unix::fs::chown(
+            &data,
+            owner.map(|o| o.0).or(Some(0)),
+            owner.map(|o| o.1).or(Some(0)),
+        )
+        .unwrap();
+        set(mode);
+        let (status, stderr, listened) = agent.run_to_exit(Duration::from_secs(30));
+        assert_eq!(status.code(), Some(2), "{what}: {status}: {stderr}");
+        assert!(!listened, "{what}: the agent bound its port: {stderr}");
+        for w in [&*data.to_string_lossy(), why, "data_dir", ENGINE_USER] {
+            assert!(stderr.contains(w), "{what}: {w:?} not in {stderr}");
+        }
+        assert!(
+            victim.0.try_wait().unwrap().is_none(),
+            "{what}: the agent signalled the process group the planted note named"
+        );
+        eprintln!("{what}: exit {status}: {}", stderr.trim());
+    }
+    // Root's alone again: the agent starts and acts on the note (the victim is stopped).
+    std::os::unix::fs::chown(&data, Some(0), Some(0)).unwrap();
+    set(0o700);
+    plant();
+    agent.relaunch();
+    assert!(
+        eventually(Duration::from_secs(30), || victim
+            .0
+            .try_wait()
+            .unwrap()
+            .is_some())
+        .await,
+        "the agent did not act on the note"
+    );
+}
+
+/// The flag reader's `--help` probe runs as the engine would (issue 22): as the engine user,
+/// without the agent's external secrets, in a working directory it may enter but not write
+/// (`python -m` imports from there first: nothing can be planted for a root process to run),
+/// with HOME and TMPDIR in a scratch directory of its own that is gone afterwards. The fake
+/// engine's `--help` writes what it saw where the test reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_help_probe_runs_as_the_engine_user_in_a_directory_it_cannot_write() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // nothing to drop: the probe runs as the agent, in a 0700 directory of its own
+    }
+    let (uid, gid, _) = engine_user();
+    let port = fleetbench_testkit::free_port();
+    let bin = tempfile::tempdir().unwrap();
+    let sim = sim_for_anyone(bin.path());
+    let out = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(out.path(), Some(uid), Some(gid)).unwrap();
+    let o = out.path().display();
+    let script = bin.path().join("fake-engine");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             if [ \"$1\" = --help ]; then\n\
+               id -u > {o}/uid\n\
+               pwd > {o}/cwd\n\
+               if touch ./planted.py 2>/dev/null; then echo writable; else echo not-writable; fi > {o}/cwd-writable\n\
+               ls -A . > {o}/cwd-entries\n\
+               echo \"$HOME\" > {o}/home\n\
+               if touch \"$HOME/x\" && touch \"$TMPDIR/x\"; then echo ok; else echo no; fi > {o}/scratch-writable\n\
+               env > {o}/env\n\
+               echo 'usage: fake-engine [--port PORT]'\n\
+               exit 0\n\
+             fi\n\
+             exec {sim:?} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = Agent::start_with_env(
+        &format!(
+            "[engine_user]\nname = {ENGINE_USER:?}\n\n\
+             [external]\nsecret_env = [\"FLEETBENCH_TEST_TARGET_KEY\"]\n\n\
+             [profiles.probed]\nkind = \"sim\"\nprogram = {script:?}\nhelp_args = [\"--help\"]\n\
+             port = {port}\nmodels = [\"sim-model\"]\n"
+        ),
+        &[("FLEETBENCH_TEST_TARGET_KEY", "tok-secret-9f2c")],
+    )
+    .unwrap();
+    open_dirs(&agent);
+    let pid = start_engine(&agent, "probed", port).await.unwrap();
+    assert_eq!(ids(pid).0, vec![uid; 4], "the engine itself");
+    let read = |name: &str| {
+        std::fs::read_to_string(out.path().join(name))
+            .unwrap_or_else(|e| panic!("the probe did not write {name}: {e}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(read("uid"), uid.to_string(), "the probe's uid");
+    assert_eq!(
+        read("cwd-writable"),
+        "not-writable",
+        "the probe could write its working directory"
+    );
+    assert_eq!(
+        read("cwd-entries"),
+        "",
+        "the probe's working directory was not empty"
+    );
+    let cwd = read("cwd");
+    assert!(cwd.contains("fleetbench-help-"), "{cwd}");
+    let home = read("home");
+    assert!(
+        home.contains("fleetbench-help-") && home != cwd,
+        "HOME {home}, cwd {cwd}"
+    );
+    assert_eq!(
+        read("scratch-writable"),
+        "ok",
+        "HOME and TMPDIR are the probe's own"
+    );
+    let env = read("env");
+    assert!(env.contains(&format!("USER={ENGINE_USER}")), "{env}");
+    assert!(
+        !env.contains("tok-secret-9f2c"),
+        "the external secret reached the probe"
+    );
+    for d in [&cwd, &home] {
+        assert!(!Path::new(d).exists(), "left behind: {d}");
+    }
+    let mut c = agent.client().await.unwrap();
+    c.stop_engine(agentpb::StopEngineRequest { lease_epoch: 0 })
+        .await
+        .unwrap();
+}

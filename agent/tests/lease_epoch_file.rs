@@ -232,7 +232,7 @@ async fn a_full_data_directory_refuses_leases_as_the_hosts_fault() {
     assert!(agent.terminate(Duration::from_secs(20)));
     // A 64 KiB tmpfs over the data directory holding the epoch and runs/, then filled up.
     let script = format!(
-        "mount -t tmpfs -o size=64k fleetbench-full \"$0\"\nmkdir \"$0/runs\"\n\
+        "mount -t tmpfs -o size=64k,mode=0700 fleetbench-full \"$0\"\nmkdir \"$0/runs\"\n\
          echo {before} > \"$0/lease.epoch\"\n\
          dd if=/dev/zero of=\"$0/filler\" bs=4k 2>/dev/null || true"
     );

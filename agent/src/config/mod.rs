@@ -407,7 +407,7 @@ impl AgentConfig {
             let p = Profile::from_raw(&name, rp)?;
             profiles.insert(name, p);
         }
-        check_engine_user(&raw.engine_user, &tls, controller.as_ref())?;
+        check_engine_user(&raw.engine_user, &tls, controller.as_ref(), &data_dir)?;
         Ok(AgentConfig {
             name: raw.name.unwrap_or_else(crate::host::hostname),
             listen,
@@ -427,14 +427,18 @@ impl AgentConfig {
 }
 
 /// Where the agent is root and its engine user exists: that user's groups must resolve and it
-/// must not be able to read the agent's keys (an engine could otherwise act as this agent). A
+/// must not be able to read the agent's keys (an engine could otherwise act as this agent), nor
+/// write or replace its data directory (the agent follows what it finds there, as root). A
 /// missing user is no error here: engines are refused when asked for, naming it.
 fn check_engine_user(
     cfg: &crate::engine_user::EngineUserConfig,
     tls: &Option<TlsFiles>,
     controller: Option<&ControllerConfig>,
+    data_dir: &std::path::Path,
 ) -> Result<(), ConfigError> {
-    use crate::engine_user::{EngineUserError, agent_is_root, check_unreadable, resolve};
+    use crate::engine_user::{
+        EngineUserError, agent_is_root, check_data_dir, check_unreadable, resolve,
+    };
     if !agent_is_root() {
         return Ok(());
     }
@@ -455,6 +459,7 @@ fn check_engine_user(
     for (field, path) in keys.into_iter().flatten() {
         check_unreadable(field, path, &creds).map_err(|m| ConfigError::field(field, m))?;
     }
+    check_data_dir(data_dir, &creds).map_err(|m| ConfigError::field("data_dir", m))?;
     Ok(())
 }
 

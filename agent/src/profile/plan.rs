@@ -14,9 +14,13 @@ use super::{LaunchPlan, Profile, RequestError, resolve_program};
 impl Profile {
     /// Checks `spec` against this profile and the engine's own argument list (read on first
     /// use of the program file, see `engine_args`), and builds the argv. Nothing starts here.
+    /// The engine's argument list is read as the engine will run: as `run_as` (`None`: the
+    /// agent's own user), without the `withheld` variables.
     pub async fn plan_checked(
         &self,
         spec: &agentpb::EngineSpec,
+        run_as: Option<&crate::engine_user::Credentials>,
+        withheld: &[String],
     ) -> Result<LaunchPlan, RequestError> {
         let program = resolve_program(&self.program).map_err(|reason| RequestError::Program {
             program: self.program.clone(),
@@ -31,9 +35,13 @@ impl Profile {
                 self.help_args.as_deref(),
                 &self.pass_through,
                 &self.env,
+                crate::engine_args::ProbeAs { run_as, withheld },
             )
             .await;
-        self.plan_with(spec, &eff.flags)
+        let mut plan = self.plan_with(spec, &eff.flags)?;
+        plan.run_as = run_as.cloned();
+        plan.withheld_env = withheld.to_vec();
+        Ok(plan)
     }
 
     /// Checks `spec` against this profile's rules alone (the engine is not asked).

@@ -98,21 +98,14 @@ pub fn spawn(
     // Switched in the closure below rather than with Command::uid/gid: std switches before
     // running pre_exec closures and has no stable way to set supplementary groups, which must
     // be set while still root; the parent-death signal is set after the switch, which clears it.
-    let run_as = plan.run_as.as_ref().map(|c| {
-        let groups: Vec<libc::gid_t> = c.groups.iter().map(|&g| g as libc::gid_t).collect();
-        (c.uid as libc::uid_t, c.gid as libc::gid_t, groups)
-    });
+    let run_as = plan.run_as.as_ref().map(crate::engine_user::SwitchIds::of);
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
     // functions (setgroups, setresgid, setresuid, prctl, getppid, kill on itself) on memory
     // allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            if let Some((uid, gid, groups)) = &run_as
-                && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                    || libc::setresgid(*gid, *gid, *gid) != 0
-                    || libc::setresuid(*uid, *uid, *uid) != 0)
-            {
-                return Err(std::io::Error::last_os_error());
+            if let Some(ids) = &run_as {
+                ids.apply()?;
             }
             // Backstop if the agent dies without stopping the engine: SIGTERM (which engines
             // handle by stopping their workers) rather than SIGKILL (which orphans them).

@@ -1,8 +1,10 @@
 //! Prompt sets: random, ShareGPT, shared-prefix, JSONL and trace replay, turned into ready
-//! request bodies once, before any level runs.
+//! request bodies once, before any level runs (or, for a large random pool, one at a time as
+//! requests go out: `pool`).
 
 mod files;
 mod mark;
+mod pool;
 mod shape;
 
 use std::time::Duration;
@@ -13,6 +15,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 pub(crate) use mark::{Marker, hash_key, words_for_64_bits};
+pub(crate) use pool::{LAZY_ABOVE, Pool, PoolSpec, pools};
 pub(crate) use shape::Shaper;
 
 use mark::{MarkKey, MarkSlot, Pieces, SENTINEL, cut_words};
@@ -64,7 +67,9 @@ pub(crate) async fn build(
         } => {
             let low = ((*input_len as f64 * range_ratio).floor() as u32).clamp(1, *input_len);
             let out_low = ((*output_len as f64 * range_ratio).floor() as u32).clamp(1, *output_len);
-            for _ in 0..count {
+            for i in 0..count {
+                // Each prompt from its own index (a lazy pool makes prompt i alone: pool.rs).
+                let mut rng = pool::index_rng(seed, i as u64);
                 let len = rng.random_range(low..=*input_len);
                 let olen = rng.random_range(out_low..=*output_len);
                 let text = shaper.prompt(len, &mut rng).await?;

@@ -161,6 +161,27 @@ const WORDS: &[&str] = &[
     "light",
 ];
 
+fn push_words(words: &[&'static str], out: &mut String, n: u32, rng: &mut StdRng) {
+    out.reserve(n as usize * 7);
+    for _ in 0..n {
+        out.push(' ');
+        out.push_str(words[rng.random_range(0..words.len())]);
+    }
+}
+
+/// The text [`Shaper::prompt`] starts from, before its count is checked: the first word and
+/// `len - base` random one-token words (what a lazy pool sends, `dataset::pool`).
+pub(crate) fn unchecked_prompt(
+    words: &[&'static str],
+    base: u32,
+    len: u32,
+    rng: &mut StdRng,
+) -> String {
+    let mut text = String::from(FIRST);
+    push_words(words, &mut text, len.saturating_sub(base), rng);
+    text
+}
+
 /// Builds prompts of exact lengths when a counter is available, else of that many words.
 #[derive(Debug)]
 pub(crate) struct Shaper {
@@ -214,16 +235,18 @@ impl Shaper {
     }
 
     fn push_words(&self, out: &mut String, n: u32, rng: &mut StdRng) {
-        for _ in 0..n {
-            out.push(' ');
-            out.push_str(self.words[rng.random_range(0..self.words.len())]);
-        }
+        push_words(&self.words, out, n, rng);
+    }
+
+    /// Tokens of the first word alone (special tokens included): a generated prompt of `len`
+    /// tokens is it and `len - base` one-token words.
+    pub fn base(&self) -> u32 {
+        self.base
     }
 
     /// Random words forming a prefix of `len` tokens (a whole prompt when nothing follows).
     pub async fn prompt(&mut self, len: u32, rng: &mut StdRng) -> Result<String, LoadgenError> {
-        let mut text = String::from(FIRST);
-        self.push_words(&mut text, len.saturating_sub(self.base), rng);
+        let text = unchecked_prompt(&self.words, self.base, len, rng);
         self.fit(text, len, rng).await
     }
 

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use super::HANDOFF_LEAD;
 use crate::arrivals::sleep_until_precise;
 use crate::client::{Conn, Scratch, Target, stream_request};
-use crate::dataset::{Marker, Prompt};
+use crate::dataset::Marker;
 use crate::error::{Failure, FailureKind};
 use crate::level::{Accum, Measured};
 use crate::report::Progress;
@@ -60,7 +60,7 @@ impl Plan {
 pub(super) struct Shared {
     pub(super) target: Target,
     pub(super) path: &'static str,
-    pub(super) prompts: Arc<Vec<Prompt>>,
+    pub(super) prompts: Arc<crate::dataset::Pool>,
     /// Fills in each request's markers.
     pub(super) marker: Marker,
     pub(super) timeout: Duration,
@@ -233,8 +233,9 @@ struct Slot {
 impl Slot {
     /// Runs one request; returns when its stream ended (or the failure was seen).
     async fn run(&mut self, sh: &Shared, index: u64, intended: Instant, slots: u32) -> Instant {
-        let pool = sh.prompts.len() as u64;
-        let prompt = &sh.prompts[(index % pool) as usize];
+        let pool = sh.prompts.len();
+        // A lazy pool builds the prompt here: the time counts as this request's queueing.
+        let prompt = sh.prompts.get(index % pool);
         let body = match &prompt.pieces {
             Some(p) => sh.marker.body(p, index, pool),
             None => prompt.body.clone(),
@@ -287,7 +288,7 @@ impl Slot {
         let m = Measured {
             index,
             intended,
-            prompt,
+            prompt: &prompt,
             outcome,
             sent: scratch.sent,
             first_byte: scratch.first_byte,

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::arrivals::{schedule, schedule_for};
 use crate::client::{SetupClient, Target, call_json};
 use crate::config::{BenchConfig, Bound, DatasetSpec, Level};
-use crate::dataset::{self, Marker, Prompt, Shaper, hash_key, words_for_64_bits};
+use crate::dataset::{self, Marker, Pool, Shaper, hash_key, words_for_64_bits};
 use crate::error::LoadgenError;
 use crate::level::{Accum, Steady};
 use crate::report::{LevelOutcome, LevelReport, Progress};
@@ -36,8 +36,8 @@ pub struct Runner {
     cfg: BenchConfig,
     target: Target,
     model: String,
-    prompts: Arc<Vec<Prompt>>,
-    warmup: Arc<Vec<Prompt>>,
+    prompts: Arc<Pool>,
+    warmup: Arc<Pool>,
     shaping: Shaping,
     /// Closed-loop streams start one after another over this span (zero: all at once).
     ramp_up: Duration,
@@ -139,30 +139,21 @@ impl Runner {
             Bound::Requests(n) => n as usize,
             Bound::Duration(_) => DURATION_POOL,
         };
-        let seed = cfg.seed;
-        let specs = dataset::build(
-            &cfg.dataset,
-            measured + cfg.warmup as usize,
-            seed,
+        let (prompts, warmup, marked) = dataset::pools(
+            &dataset::PoolSpec {
+                dataset: &cfg.dataset,
+                measured,
+                warmup: cfg.warmup as usize,
+                seed: cfg.seed,
+                mark,
+                api: cfg.api,
+                model: &model,
+                ignore_eos: cfg.ignore_eos,
+                lazy_above: dataset::LAZY_ABOVE,
+            },
             &mut shaper,
-            mark,
         )
         .await?;
-        let marked = specs.iter().any(|p| !p.marks.is_empty());
-        let mut prompts: Vec<Prompt> = specs
-            .iter()
-            .map(|p| dataset::body(cfg.api, &model, p, cfg.ignore_eos))
-            .collect();
-        let warmup = if matches!(cfg.dataset, DatasetSpec::Trace { .. }) {
-            prompts.iter().take(cfg.warmup as usize).cloned().collect()
-        } else {
-            prompts.split_off(
-                prompts
-                    .len()
-                    .saturating_sub(cfg.warmup as usize)
-                    .max(1.min(prompts.len())),
-            )
-        };
         if prompts.is_empty() {
             return Err(LoadgenError::Shaping("the dataset gave no prompts".into()));
         }
@@ -357,7 +348,7 @@ impl Runner {
     fn shared(
         &self,
         index: usize,
-        prompts: Arc<Vec<Prompt>>,
+        prompts: Arc<Pool>,
         details: bool,
         start: Instant,
         warmup: bool,
@@ -427,7 +418,7 @@ impl Runner {
                 }
             }
             (_, true) => {
-                let mut at: Vec<Duration> = self.prompts.iter().filter_map(|p| p.arrival).collect();
+                let mut at: Vec<Duration> = self.prompts.arrivals();
                 match self.cfg.bound {
                     Bound::Requests(n) => at.truncate(n as usize),
                     Bound::Duration(d) => at.retain(|t| *t <= d),
