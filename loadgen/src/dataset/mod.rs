@@ -1,6 +1,7 @@
 //! Prompt sets: random, ShareGPT, shared-prefix, JSONL and trace replay, turned into ready
 //! request bodies once, before any level runs.
 
+pub(crate) mod conversation;
 mod files;
 mod mark;
 mod shape;
@@ -12,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+pub(crate) use conversation::Sessions;
 pub(crate) use mark::{Marker, hash_key, words_for_64_bits};
 pub(crate) use shape::Shaper;
 
@@ -168,6 +170,11 @@ pub(crate) async fn build(
                 });
             }
             cycle(&mut out, count);
+        }
+        DatasetSpec::Conversation { .. } => {
+            return Err(LoadgenError::Shaping(
+                "conversations are built by dataset::conversation::build".into(),
+            ));
         }
         DatasetSpec::Trace { path } => {
             for entry in files::trace(path)? {
