@@ -184,13 +184,11 @@ async fn run_levels(
         let mut result = convert::level_result(index, level, &report);
         if let (Some(src), Some((reset, b)), None) = (&source, cache_before, &interrupt) {
             let a = crate::cache::counters(&http, src).await;
-            result.prefix_cache = Some(crate::cache::figure(
-                src.kind,
-                b,
-                a,
-                report.prompt_tokens_all,
-                reset,
-            ));
+            let mut figure = crate::cache::figure(src.kind, b, a, report.prompt_tokens_all, reset);
+            // The reuse the workload designs, on the same prompt tokens, beside the engine's.
+            figure.designed_reuse = report.designed_reuse;
+            figure.prompt_tokens_reusable = report.reusable_tokens_all;
+            result.prefix_cache = Some(figure);
         }
         result.started_unix_ms = started;
         result.finished_unix_ms = finished;

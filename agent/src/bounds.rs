@@ -192,6 +192,33 @@ pub fn check_benchmark(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRe
             tokens("workload.jsonl.output_len", j.output_len, true)?;
         }
         Some(Dataset::Trace(t)) => name_len("workload.trace.path", &t.path)?,
+        Some(Dataset::Conversation(c)) => {
+            at(
+                "workload.conversation.turns",
+                check_u32(c.turns, lim::TURNS),
+            )?;
+            at(
+                "workload.conversation.think_time_ms",
+                check_u32(c.think_time_ms, lim::THINK_MS),
+            )?;
+            tokens("workload.conversation.input_len", c.input_len, false)?;
+            tokens("workload.conversation.output_len", c.output_len, false)?;
+            tokens(
+                "workload.conversation.system_prompt_len",
+                c.system_prompt_len,
+                true,
+            )?;
+            if let Some(i) = req.levels.iter().position(|l| l.request_rate.is_some()) {
+                at(
+                    format!("levels[{i}].request_rate"),
+                    Err(
+                        "a conversation workload runs at a concurrency (one stream per \
+                         session); a request rate is not offered"
+                            .into(),
+                    ),
+                )?;
+            }
+        }
         None => {}
     }
     level_budget(req, w)
@@ -220,6 +247,17 @@ fn level_budget(
             u64::from(s.output_len),
             "workload.shared_prefix.prefix_len + suffix_len",
             "workload.shared_prefix.output_len",
+        ),
+        // Counted as if every prompt were the longest (the last turn's): an upper bound.
+        Some(Dataset::Conversation(c)) => (
+            "workload.conversation.turns",
+            u64::from(c.system_prompt_len)
+                + u64::from(c.input_len)
+                + u64::from(c.turns.saturating_sub(1))
+                    * (u64::from(c.input_len) + u64::from(c.output_len)),
+            u64::from(c.output_len),
+            "workload.conversation.turns x (input_len + output_len) + system_prompt_len",
+            "workload.conversation.output_len",
         ),
         // Prompts read from a file are bounded by the file.
         _ => return Ok(()),

@@ -164,6 +164,13 @@ pub fn bench_config(
                 .map_err(|m| bad("workload.jsonl.path", m))?,
             output_len: j.output_len,
         },
+        Some(Dataset::Conversation(c)) => lg::DatasetSpec::Conversation {
+            turns: c.turns,
+            input_len: c.input_len,
+            output_len: c.output_len,
+            think_time_ms: u64::from(c.think_time_ms),
+            system_prompt_len: c.system_prompt_len,
+        },
         Some(Dataset::Trace(t)) => lg::DatasetSpec::Trace {
             path: roots
                 .check(&t.path)

@@ -144,7 +144,7 @@ fn bad_workloads() {
             "bad_workloads.toml:18: workloads[1].range_ratio: must be in (0, 1] (1 = exact lengths), got 1.5",
             "bad_workloads.toml:19: workloads[1].ignore_eos: expected true or false, got \"yes\"",
             "bad_workloads.toml:21: workloads[2].output_len: missing: required for dataset \"shared-prefix\"",
-            "bad_workloads.toml:31: workloads[3].dataset: expected one of \"random\", \"sharegpt\", \"shared-prefix\", \"jsonl\", \"trace\", got \"csv\"",
+            "bad_workloads.toml:31: workloads[3].dataset: expected one of \"random\", \"sharegpt\", \"shared-prefix\", \"jsonl\", \"trace\", \"conversation\", got \"csv\"",
             "bad_workloads.toml:32: workloads[3].inputlen: unknown key \"inputlen\" (did you mean \"input_len\"?)",
         ],
     );

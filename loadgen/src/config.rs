@@ -73,6 +73,18 @@ pub enum DatasetSpec {
     /// Timestamped trace replay: one object per line with `timestamp` (ms from the start),
     /// `input_length` or `prompt`, and `output_length`.
     Trace { path: PathBuf },
+    /// Multi-turn sessions (`dataset::conversation`): each of `turns` requests sends the
+    /// session's history (earlier prompts and fixed answers of `output_len` tokens) plus a new
+    /// user message of `input_len` tokens, after `think_time_ms` in which the session keeps its
+    /// stream. `system_prompt_len` > 0 puts a system prompt shared by every session of a level
+    /// in front (agent sessions). Closed loop only: a level's concurrency is its sessions.
+    Conversation {
+        turns: u32,
+        input_len: u32,
+        output_len: u32,
+        think_time_ms: u64,
+        system_prompt_len: u32,
+    },
 }
 
 /// One load level: a closed loop at `concurrency`, or an open loop at `request_rate` (requests/s)
@@ -287,6 +299,29 @@ impl BenchConfig {
                 }
                 if *output_len == 0 {
                     return bad("dataset.output_len", "must be at least 1".into());
+                }
+            }
+            DatasetSpec::Conversation {
+                turns,
+                input_len,
+                output_len,
+                think_time_ms,
+                ..
+            } => {
+                crate::dataset::conversation::validate(
+                    *turns,
+                    *input_len,
+                    *output_len,
+                    *think_time_ms,
+                )
+                .or_else(|(field, m)| bad(&format!("dataset.{field}"), m))?;
+                if let Some(i) = self.levels.iter().position(|l| l.request_rate.is_some()) {
+                    return bad(
+                        &format!("levels[{i}]"),
+                        "a conversation workload runs at a concurrency (one stream per \
+                         session); a request rate is not offered"
+                            .into(),
+                    );
                 }
             }
             DatasetSpec::ShareGpt {

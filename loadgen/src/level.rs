@@ -15,6 +15,8 @@ pub(crate) struct Measured<'a> {
     pub index: u64,
     pub intended: Instant,
     pub prompt: &'a Prompt,
+    /// Prompt tokens the workload designs to be served from a cache.
+    pub reusable: u32,
     pub outcome: Result<Streamed, Failure>,
     /// When the request left and its first byte came back, also for a failed request.
     pub sent: Option<Instant>,
@@ -76,6 +78,8 @@ pub(crate) struct Accum {
     last_intended: Option<Instant>,
     /// Prompt tokens of every completed request, left-out ones included.
     pub all_input_tokens: u64,
+    /// Of those, the tokens the workload designs to be served from a cache.
+    pub all_reusable_tokens: u64,
     /// Output tokens of completed requests by arrival, in `BUCKET`s from the level's start.
     arrivals: Vec<f64>,
     pub records: Vec<RequestRecord>,
@@ -124,6 +128,7 @@ impl Accum {
             self.all_input_tokens += s
                 .usage
                 .map_or(u64::from(m.prompt.input_len.unwrap_or(0)), |u| u.0);
+            self.all_reusable_tokens += u64::from(m.reusable);
             if steady.is_some() {
                 self.count_arrivals(start, m.chunks, s.usage.map(|u| u.1));
             }
@@ -299,6 +304,7 @@ impl Accum {
         r.input_tokens = self.input_tokens;
         r.output_tokens = self.output_tokens;
         r.prompt_tokens_all += self.all_input_tokens;
+        r.reusable_tokens_all += self.all_reusable_tokens;
         let mut window_output = None;
         if let Some((began, w)) = steady {
             let from = began + w.ramp_up;

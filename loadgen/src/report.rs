@@ -41,6 +41,14 @@ pub struct LevelReport {
     /// included: what the engine's own counters saw (its prefix-cache figure is against this).
     #[serde(default)]
     pub prompt_tokens_all: u64,
+    /// Of `prompt_tokens_all`, the tokens the workload designs to be served from a cache (a
+    /// session's history, a system prompt another session sent first).
+    #[serde(default)]
+    pub reusable_tokens_all: u64,
+    /// `reusable_tokens_all / prompt_tokens_all`: the reuse the workload designs, to read
+    /// beside the engine's own cache figure. `None` where the workload states none (files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub designed_reuse: Option<f64>,
     pub output_tokens_per_s: f64,
     pub total_tokens_per_s: f64,
     pub requests_per_s: f64,

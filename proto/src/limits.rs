@@ -35,6 +35,10 @@ pub const TOKENS: (u32, u32) = (1, 1_048_576);
 /// Shared-prefix groups and prompts per group; their product is capped by `MAX_PROMPTS`.
 pub const GROUPS: (u32, u32) = (1, 100_000);
 pub const MAX_PROMPTS: u64 = 1_000_000;
+/// Turns of one conversation session (each turn's prompt holds every earlier one).
+pub const TURNS: (u32, u32) = (1, 1_000);
+/// Think time between two turns of a session, ms (an hour at most).
+pub const THINK_MS: (u32, u32) = (0, 3_600_000);
 /// Percentiles reported per distribution.
 pub const MAX_PERCENTILES: usize = 32;
 /// Latency objectives, milliseconds.

@@ -100,6 +100,18 @@ pub(super) fn check(ctx: &mut Ctx, root: &Table<'_, '_>, spec: &JobSpec) {
     load(&mut c, spec);
     for (i, w) in spec.workloads.iter().enumerate() {
         dataset(&mut c, i, &w.dataset);
+        if matches!(w.dataset, Dataset::Conversation { .. })
+            && matches!(spec.load.levels, Levels::RequestRate { .. })
+        {
+            c.report(
+                &[K("workloads"), I(i), K("dataset")],
+                Err(
+                    "a conversation workload runs at a concurrency (one stream per session): \
+                     give load.concurrency, not load.request_rate"
+                        .into(),
+                ),
+            );
+        }
         budget(&mut c, spec, i, &w.dataset);
     }
 }
@@ -131,6 +143,18 @@ fn budget(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec, i: usize, d: &Dataset) 
             u64::from(*output_len),
             format!("workloads[{i}].prefix_len + suffix_len"),
         ),
+        Dataset::Conversation {
+            turns,
+            input_len,
+            output_len,
+            system_prompt_len,
+            ..
+        } => (
+            "turns",
+            conversation_longest(*turns, *input_len, *output_len, *system_prompt_len),
+            u64::from(*output_len),
+            format!("workloads[{i}].turns x (input_len + output_len) + system_prompt_len"),
+        ),
         // Prompts read from a file are bounded by the file.
         _ => return,
     };
@@ -141,7 +165,12 @@ fn budget(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec, i: usize, d: &Dataset) 
     };
     // A field outside its own range is already reported; a product of it would only repeat it.
     let in_range = |v: u64, (lo, hi): (u32, u32)| (u64::from(lo)..=u64::from(hi)).contains(&v);
-    let longest = u64::from(lim::TOKENS.1) * if key == "suffix_len" { 2 } else { 1 };
+    let longest = u64::from(lim::TOKENS.1)
+        * match key {
+            "suffix_len" => 2,
+            "turns" => 2 * u64::from(lim::TURNS.1) + 1,
+            _ => 1,
+        };
     if !in_range(u64::from(spec.load.warmup), lim::WARMUP)
         || requests.is_some_and(|n| !in_range(n, lim::REQUESTS))
         || input > longest
@@ -305,5 +334,29 @@ fn dataset(c: &mut Check<'_, '_, '_, '_>, i: usize, d: &Dataset) {
             tokens(c, "output_len", *output_len, true);
         }
         Dataset::Trace { path: p } => path(c, p),
+        Dataset::Conversation {
+            turns,
+            input_len,
+            output_len,
+            think_time_ms,
+            system_prompt_len,
+        } => {
+            let w = |k| [K("workloads"), I(i), K(k)];
+            c.report(&w("turns"), check_u32(*turns, lim::TURNS));
+            c.report(
+                &w("think_time_ms"),
+                check_u32(*think_time_ms, lim::THINK_MS),
+            );
+            tokens(c, "input_len", *input_len, false);
+            tokens(c, "output_len", *output_len, false);
+            tokens(c, "system_prompt_len", *system_prompt_len, true);
+        }
     }
+}
+
+/// Tokens of a conversation's longest prompt: its last turn's, holding every earlier one.
+pub(crate) fn conversation_longest(turns: u32, input: u32, output: u32, system: u32) -> u64 {
+    u64::from(system)
+        + u64::from(input)
+        + u64::from(turns.saturating_sub(1)) * (u64::from(input) + u64::from(output))
 }

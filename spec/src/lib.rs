@@ -147,6 +147,15 @@ pub enum Dataset {
     Trace {
         path: String,
     },
+    /// Multi-turn sessions (`dataset = "conversation"`): each turn sends the history plus a
+    /// new message; `system_prompt_len` > 0 makes them agent sessions sharing a system prompt.
+    Conversation {
+        turns: u32,
+        input_len: u32,
+        output_len: u32,
+        think_time_ms: u32,
+        system_prompt_len: u32,
+    },
 }
 
 /// OpenAI-compatible endpoint used.

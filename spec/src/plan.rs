@@ -160,6 +160,19 @@ impl JobSpec {
             Dataset::Trace { path } => {
                 agentpb::workload::Dataset::Trace(agentpb::TraceDataset { path: path.clone() })
             }
+            Dataset::Conversation {
+                turns,
+                input_len,
+                output_len,
+                think_time_ms,
+                system_prompt_len,
+            } => agentpb::workload::Dataset::Conversation(agentpb::ConversationDataset {
+                turns: *turns,
+                input_len: *input_len,
+                output_len: *output_len,
+                think_time_ms: *think_time_ms,
+                system_prompt_len: *system_prompt_len,
+            }),
         };
         let api = match w.api {
             Api::Completions => agentpb::ApiKind::Completions,

@@ -23,6 +23,16 @@ const DATASETS: &[(&str, &[&str])] = &[
     ),
     ("jsonl", &["path", "output_len"]),
     ("trace", &["path"]),
+    (
+        "conversation",
+        &[
+            "turns",
+            "input_len",
+            "output_len",
+            "think_time_ms",
+            "system_prompt_len",
+        ],
+    ),
 ];
 
 pub(crate) fn workloads(ctx: &mut Ctx, root: &Table<'_, '_>) -> Option<Vec<WorkloadSpec>> {
@@ -208,6 +218,27 @@ fn dataset(ctx: &mut Ctx, t: &Table<'_, '_>, kind: &str) -> Option<Dataset> {
                 output_len: output_len?,
             })
         }
+        "conversation" => {
+            let turns = need_u32("turns", 1);
+            let input_len = need_u32("input_len", 1);
+            let output_len = need_u32("output_len", 1);
+            let mut optional = |key: &str| {
+                if t.has(key) {
+                    t.u32(ctx, key, 0)
+                } else {
+                    Some(0)
+                }
+            };
+            let think_time_ms = optional("think_time_ms");
+            let system_prompt_len = optional("system_prompt_len");
+            Some(Dataset::Conversation {
+                turns: turns?,
+                input_len: input_len?,
+                output_len: output_len?,
+                think_time_ms: think_time_ms?,
+                system_prompt_len: system_prompt_len?,
+            })
+        }
         _ => {
             let path = t.required_string(ctx, "path", &format!("required for dataset {kind:?}"));
             let output_len = if t.has("output_len") {
@@ -222,5 +253,78 @@ fn dataset(ctx: &mut Ctx, t: &Table<'_, '_>, kind: &str) -> Option<Dataset> {
                 _ => Dataset::Trace { path },
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Dataset, parse};
+
+    fn spec(workload: &str, load: &str) -> String {
+        format!(
+            "name = \"t\"\n[[configs]]\nname = \"a\"\nengine = \"sim\"\nmodel = \"m\"\n\
+             [[workloads]]\nname = \"w\"\n{workload}\n[load]\n{load}\nrequests = 8\n"
+        )
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        match parse("t.toml", text) {
+            Ok(s) => panic!("parsed: {s:?}"),
+            Err(e) => e.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn conversation_parses_with_defaults() {
+        let text = spec(
+            "dataset = \"conversation\"\nturns = 4\ninput_len = 64\noutput_len = 16",
+            "concurrency = [2]",
+        );
+        let s = parse("t.toml", &text).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            s.workloads[0].dataset,
+            Dataset::Conversation {
+                turns: 4,
+                input_len: 64,
+                output_len: 16,
+                think_time_ms: 0,
+                system_prompt_len: 0,
+            }
+        );
+    }
+
+    #[test]
+    fn conversation_errors_name_the_field() {
+        let e = errors(&spec(
+            "dataset = \"conversation\"\ninput_len = 64\noutput_len = 16\nthink_time_ms = -1",
+            "concurrency = [2]",
+        ));
+        assert!(
+            e.iter().any(|e| e.contains("workloads[0].turns: missing")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|e| e.contains("workloads[0].think_time_ms")),
+            "{e:?}"
+        );
+        let e = errors(&spec(
+            "dataset = \"conversation\"\nturns = 2000\ninput_len = 64\noutput_len = 16\npath = \"x\"",
+            "concurrency = [2]",
+        ));
+        assert!(e.iter().any(|e| e.contains("workloads[0].turns")), "{e:?}");
+        assert!(
+            e.iter()
+                .any(|e| e.contains("workloads[0].path: \"path\" is not a parameter")),
+            "{e:?}"
+        );
+        let e = errors(&spec(
+            "dataset = \"conversation\"\nturns = 2\ninput_len = 64\noutput_len = 16",
+            "request_rate = [2.0]",
+        ));
+        assert!(
+            e.iter().any(|e| e
+                .contains("workloads[0].dataset: a conversation workload runs at a concurrency")),
+            "{e:?}"
+        );
     }
 }

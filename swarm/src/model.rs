@@ -32,6 +32,9 @@ fn lengths(w: Option<&agentpb::Workload>) -> (u32, u32) {
         Some(agentpb::workload::Dataset::SharedPrefix(s)) => {
             ((s.prefix_len + s.suffix_len).max(1), s.output_len.max(1))
         }
+        Some(agentpb::workload::Dataset::Conversation(c)) => {
+            (c.input_len.max(1), c.output_len.max(1))
+        }
         _ => (DEFAULT_LEN, DEFAULT_LEN),
     }
 }

@@ -33,7 +33,7 @@ fn dists(r: &LevelResult) -> [&Option<Distribution>; 7] {
 }
 
 /// The protocol's columns: what the level's figures speak for and leave out, and its cache.
-const PROTOCOL: [&str; 14] = [
+const PROTOCOL: [&str; 15] = [
     "sent",
     "error_rate",
     "failures_by_kind",
@@ -48,6 +48,7 @@ const PROTOCOL: [&str; 14] = [
     "prompt_tokens_sent",
     "prompt_tokens_engine",
     "cache_reset",
+    "designed_reuse",
 ];
 
 fn protocol(r: &LevelResult) -> Vec<String> {
@@ -78,6 +79,7 @@ fn protocol(r: &LevelResult) -> Vec<String> {
         },
         opt(cache.prompt_tokens_engine),
         cache.reset,
+        opt(cache.designed_reuse),
     ]
 }
 

@@ -116,6 +116,8 @@ fn level_result(r: &LevelResult) -> Value {
             "prompt_tokens_sent": c.prompt_tokens_sent,
             "prompt_tokens_engine": c.prompt_tokens_engine,
             "reset": c.reset, "note": c.note,
+            "designed_reuse": c.designed_reuse,
+            "prompt_tokens_reusable": c.prompt_tokens_reusable,
         })),
     })
 }

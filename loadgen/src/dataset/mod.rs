@@ -2,6 +2,7 @@
 //! request bodies once, before any level runs (or, for a large random pool, one at a time as
 //! requests go out: `pool`).
 
+pub(crate) mod conversation;
 mod files;
 mod mark;
 mod pool;
@@ -14,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+pub(crate) use conversation::Sessions;
 pub(crate) use mark::{Marker, hash_key, words_for_64_bits};
 pub(crate) use pool::{LAZY_ABOVE, Pool, PoolSpec, pools};
 pub(crate) use shape::Shaper;
@@ -173,6 +175,11 @@ pub(crate) async fn build(
                 });
             }
             cycle(&mut out, count);
+        }
+        DatasetSpec::Conversation { .. } => {
+            return Err(LoadgenError::Shaping(
+                "conversations are built by dataset::conversation::build".into(),
+            ));
         }
         DatasetSpec::Trace { path } => {
             for entry in files::trace(path)? {

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use super::HANDOFF_LEAD;
 use crate::arrivals::sleep_until_precise;
 use crate::client::{Conn, Scratch, Target, stream_request};
-use crate::dataset::Marker;
+use crate::dataset::{Marker, Sessions};
 use crate::error::{Failure, FailureKind};
 use crate::level::{Accum, Measured};
 use crate::report::Progress;
@@ -45,12 +45,20 @@ pub(super) enum Plan {
         arrivals: Vec<Duration>,
         cap: Option<u32>,
     },
+    /// Closed loop over multi-turn sessions (`super::sessions`).
+    Sessions {
+        slots: u32,
+        count: Option<u64>,
+        until: Option<Duration>,
+        ramp: Duration,
+        sessions: Arc<Sessions>,
+    },
 }
 
 impl Plan {
     pub(super) fn total(&self) -> Option<u64> {
         match self {
-            Plan::Closed { count, .. } => *count,
+            Plan::Closed { count, .. } | Plan::Sessions { count, .. } => *count,
             Plan::Open { arrivals, .. } => Some(arrivals.len() as u64),
         }
     }
@@ -120,6 +128,21 @@ struct Job {
 
 pub(super) async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
     match plan {
+        Plan::Sessions {
+            slots,
+            count,
+            until,
+            ramp,
+            sessions,
+        } => {
+            let closed = super::sessions::Closed {
+                slots,
+                count,
+                until,
+                ramp,
+            };
+            super::sessions::drive(sh, closed, sessions, set).await;
+        }
         Plan::Closed {
             slots,
             count,
@@ -225,19 +248,52 @@ pub(super) async fn drive(sh: &Arc<Shared>, plan: Plan, set: &mut JoinSet<()>) {
 }
 
 /// One stream slot: a connection reused across its requests and reusable buffers.
-struct Slot {
-    conn: Option<Conn>,
-    scratch: Scratch,
+pub(super) struct Slot {
+    pub(super) conn: Option<Conn>,
+    pub(super) scratch: Scratch,
+}
+
+/// One request of a level: its index, which prompt it sends, what its markers are keyed by,
+/// and how many of its prompt tokens the workload designs to be reusable.
+pub(super) struct Req {
+    pub(super) index: u64,
+    pub(super) prompt: usize,
+    pub(super) mark: u64,
+    pub(super) reusable: u32,
 }
 
 impl Slot {
     /// Runs one request; returns when its stream ended (or the failure was seen).
     async fn run(&mut self, sh: &Shared, index: u64, intended: Instant, slots: u32) -> Instant {
         let pool = sh.prompts.len();
+        let req = Req {
+            index,
+            prompt: (index % pool) as usize,
+            mark: index,
+            reusable: 0,
+        };
+        self.send(sh, req, intended, slots).await
+    }
+
+    /// Runs request `req`; returns when its stream ended (or the failure was seen).
+    pub(super) async fn send(
+        &mut self,
+        sh: &Shared,
+        req: Req,
+        intended: Instant,
+        slots: u32,
+    ) -> Instant {
+        let Req {
+            index,
+            prompt,
+            mark,
+            reusable,
+        } = req;
+        let pool = sh.prompts.len();
         // A lazy pool builds the prompt here: the time counts as this request's queueing.
-        let prompt = sh.prompts.get(index % pool);
+        let prompt = sh.prompts.get(prompt as u64);
         let body = match &prompt.pieces {
-            Some(p) => sh.marker.body(p, index, pool),
+            Some(p) => sh.marker.body(p, mark, pool),
             None => prompt.body.clone(),
         };
         let now_in_flight = sh.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
@@ -289,6 +345,7 @@ impl Slot {
             index,
             intended,
             prompt: &prompt,
+            reusable,
             outcome,
             sent: scratch.sent,
             first_byte: scratch.first_byte,

@@ -14,13 +14,15 @@ use tokio_util::sync::CancellationToken;
 use crate::arrivals::{schedule, schedule_for};
 use crate::client::{SetupClient, Target, call_json};
 use crate::config::{BenchConfig, Bound, DatasetSpec, Level};
-use crate::dataset::{self, Marker, Pool, Shaper, hash_key, words_for_64_bits};
+use crate::dataset::conversation::{self, BodyOpts};
+use crate::dataset::{self, Marker, Pool, Sessions, Shaper, hash_key, words_for_64_bits};
 use crate::error::LoadgenError;
 use crate::level::{Accum, Steady};
 use crate::report::{LevelOutcome, LevelReport, Progress};
 use crate::tokenize::Counter;
 
 mod drive;
+mod sessions;
 
 use drive::{Plan, Shared, drive, send_progress};
 
@@ -51,6 +53,8 @@ pub struct Runner {
     run_key: u64,
     /// Whether prompts carry request markers (see `dataset::mark`).
     marked: bool,
+    /// The sessions of a conversation workload (its levels run `Plan::Sessions`).
+    sessions: Option<Arc<Sessions>>,
 }
 
 /// How prompt lengths were shaped.
@@ -110,6 +114,7 @@ impl Runner {
         let needs_shaping = matches!(
             cfg.dataset,
             DatasetSpec::Random { .. }
+                | DatasetSpec::Conversation { .. }
                 | DatasetSpec::SharedPrefix { .. }
                 | DatasetSpec::Trace { .. }
         ) || matches!(
@@ -139,6 +144,51 @@ impl Runner {
             Bound::Requests(n) => n as usize,
             Bound::Duration(_) => DURATION_POOL,
         };
+        let seed = cfg.seed;
+        if let DatasetSpec::Conversation {
+            turns,
+            input_len,
+            output_len,
+            think_time_ms,
+            system_prompt_len,
+        } = cfg.dataset
+        {
+            let shape = conversation::Shape {
+                turns,
+                input_len,
+                output_len,
+                think: Duration::from_millis(think_time_ms),
+                system: system_prompt_len,
+            };
+            let body = BodyOpts {
+                api: cfg.api,
+                model: &model,
+                ignore_eos: cfg.ignore_eos,
+            };
+            // Warm-up sessions replay the same pool: their markers differ (see `Marker`).
+            let (prompts, sessions) =
+                conversation::build(shape, measured, seed, &mut shaper, mark, body).await?;
+            let marked = prompts.iter().any(|p| p.pieces.is_some());
+            let prompts = Arc::new(Pool::Eager(prompts));
+            return Ok(Runner {
+                shaping: Shaping {
+                    source: source.to_string(),
+                    inexact: shaper.inexact,
+                },
+                target,
+                model,
+                marked,
+                warmup: prompts.clone(),
+                prompts,
+                cfg,
+                ramp_up: Duration::ZERO,
+                window: None,
+                steady: false,
+                words,
+                run_key: rand::random(),
+                sessions: Some(Arc::new(sessions)),
+            });
+        }
         let (prompts, warmup, marked) = dataset::pools(
             &dataset::PoolSpec {
                 dataset: &cfg.dataset,
@@ -181,6 +231,7 @@ impl Runner {
             // A run without a caller's identity still never repeats another's prompts.
             run_key: rand::random(),
             marked,
+            sessions: None,
         })
     }
 
@@ -288,12 +339,12 @@ impl Runner {
         if self.cfg.warmup > 0 && !cancel.is_cancelled() {
             let slots = level.concurrency.unwrap_or(16).min(self.cfg.warmup).max(1);
             let warm = self.shared(index, self.warmup.clone(), false, Instant::now(), true);
-            let plan = Plan::Closed {
+            let plan = self.with_sessions(Plan::Closed {
                 slots,
                 count: Some(self.cfg.warmup as u64),
                 until: None,
                 ramp: Duration::ZERO,
-            };
+            });
             let mut set = JoinSet::new();
             tokio::select! {
                 _ = cancel.cancelled() => {}
@@ -301,11 +352,9 @@ impl Runner {
             }
             set.abort_all();
             while set.join_next().await.is_some() {}
-            report.prompt_tokens_all = warm
-                .acc
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .all_input_tokens;
+            let acc = warm.acc.lock().unwrap_or_else(|e| e.into_inner());
+            report.prompt_tokens_all = acc.all_input_tokens;
+            report.reusable_tokens_all = acc.all_reusable_tokens;
         }
         let start = Instant::now();
         let shared = self.shared(index, self.prompts.clone(), details, start, false);
@@ -339,6 +388,13 @@ impl Runner {
                 .steady
                 .map(|w| (shared.began.get().copied().unwrap_or(start), w)),
         );
+        // Random prompts are fresh by design (markers); conversations state their reuse.
+        let designs = matches!(
+            self.cfg.dataset,
+            DatasetSpec::Random { .. } | DatasetSpec::Conversation { .. }
+        );
+        report.designed_reuse = (designs && report.prompt_tokens_all > 0)
+            .then(|| report.reusable_tokens_all as f64 / report.prompt_tokens_all as f64);
         LevelOutcome {
             report,
             records: acc.records,
@@ -381,7 +437,34 @@ impl Runner {
         })
     }
 
+    /// A closed loop over the workload's sessions, where it has them.
+    fn with_sessions(&self, plan: Plan) -> Plan {
+        match (plan, &self.sessions) {
+            (
+                Plan::Closed {
+                    slots,
+                    count,
+                    until,
+                    ramp,
+                },
+                Some(s),
+            ) => Plan::Sessions {
+                slots,
+                count,
+                until,
+                ramp,
+                sessions: s.clone(),
+            },
+            (plan, _) => plan,
+        }
+    }
+
     fn plan(&self, level: &Level) -> Plan {
+        let plan = self.plan_requests(level);
+        self.with_sessions(plan)
+    }
+
+    fn plan_requests(&self, level: &Level) -> Plan {
         let is_trace = matches!(self.cfg.dataset, DatasetSpec::Trace { .. });
         let seed = self.cfg.seed ^ 0x9e37_79b9_7f4a_7c15;
         // With a measurement window the level issues for the ramp-up plus the window (a
