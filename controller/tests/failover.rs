@@ -225,6 +225,33 @@ async fn pair(name: &str) -> Pair {
 /// Called right after the leader was frozen: waits until the standby serves, within the bound
 /// of a frozen leader (its silent lock session ended by the server, plus slack). Returns a
 /// client of the new leader and how long it took.
+/// Waits (at most 90 s) for an attached `fleetbench watch` to exit 0; its stdout and stderr.
+async fn ended_well(attached: std::process::Child) -> String {
+    let pid = attached.id().to_string();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::task::spawn_blocking(move || attached.wait_with_output()),
+    )
+    .await;
+    let Ok(out) = waited else {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status();
+        panic!("the attached watch still hangs 90 s after the old leader woke");
+    };
+    let out = out.unwrap().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the attached watch did not end well:\n{text}"
+    );
+    text
+}
+
 async fn takeover_from_frozen(standby: &Proc) -> (Client, Duration) {
     let frozen = Instant::now();
     let mut s = client(standby.addr).await;
@@ -315,17 +342,25 @@ async fn a_frozen_leader_loses_the_lead_and_writes_nothing_when_it_wakes() {
     // A user attached to the leader (given only its address) through the freeze: the watch is
     // cut (by keep-alive while frozen, or by the deposed leader when it wakes) and goes on at
     // the new leader to the job's end.
-    let attached = fleetbench_testkit::fleetbench_cli()
-        .args([
+    // One with progress bars, one with JSON Lines (for scripts): both follow.
+    let attach = |json: bool| {
+        let mut cmd = fleetbench_testkit::fleetbench_cli();
+        cmd.args([
             "watch",
             &job_id,
             "--controller",
             &format!("http://{}", old.addr),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        ]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let attached = attach(false);
+    let attached_json = attach(true);
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Frozen, not dead: its socket stays open and the kernel answers keep-alives for it; the
     // server ends its silent lock session after idle_session_timeout.
@@ -352,30 +387,24 @@ async fn a_frozen_leader_loses_the_lead_and_writes_nothing_when_it_wakes() {
     let mut o = client(old.addr).await;
     let refused = o.list_agents(ListAgentsRequest {}).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
-    let pid = attached.id().to_string();
-    let waited = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::task::spawn_blocking(move || attached.wait_with_output()),
-    )
-    .await;
-    let Ok(out) = waited else {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &pid])
-            .status();
-        panic!("the attached watch still hangs 90 s after the old leader woke");
-    };
-    let out = out.unwrap().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "the attached watch did not end well:\n{text}"
-    );
+    let text = ended_well(attached).await;
     assert!(text.contains("the watch was cut"), "{text}");
     assert!(text.contains("succeeded"), "{text}");
+    let json = ended_well(attached_json).await;
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["event"] == "watch_cut"),
+        "no watch_cut line:\n{json}"
+    );
+    let last = lines.last().expect("no JSON line");
+    assert_eq!(
+        (&last["event"], &last["state"]),
+        (&serde_json::json!("job"), &serde_json::json!("succeeded")),
+        "{json}"
+    );
     let store = Store::open(&url).await.unwrap();
     let levels = store.levels(&job_id).await.unwrap();
     let keys: BTreeSet<(String, u32)> = levels

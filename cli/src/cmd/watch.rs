@@ -30,7 +30,8 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut client = connect(args.controller.url()?, &args.controller).await?;
     let job = if args.json {
-        super::watch_json::follow_json(&mut client, &args.job_id).await?
+        let url = args.controller.url()?;
+        super::watch_json::follow_json(&mut client, &args.job_id, url, &args.controller).await?
     } else {
         let url = args.controller.url()?;
         follow(&mut client, &args.job_id, url, &args.controller).await?
@@ -180,58 +181,25 @@ fn trial_state(t: &TrialEvent) -> TrialState {
 const REJOIN_FOR: Duration = Duration::from_secs(60);
 
 /// Follows a job until it ends; returns its final state. When the controller stops leading
-/// (deposed, frozen, killed) the watch goes on at the leader: the one the deposed controller
-/// names, else the first of `url` (the `--controller` list) that leads. Events the new watch
-/// replays from before the cut are not shown twice.
+/// (deposed, frozen, killed) the watch goes on at the leader (see [`follow_events`]).
 pub async fn follow(
     client: &mut Client,
     job_id: &str,
     url: &str,
     args: &ControllerArgs,
 ) -> anyhow::Result<Job> {
-    let mut bars = Bars::new();
-    let mut last: Option<Job> = None;
-    // The newest event shown: a watch opened after a cut replays the job's stored past.
-    let mut shown_ms = 0i64;
-    'watch: loop {
-        let opened = client
-            .watch_job(WatchJobRequest {
-                job_id: job_id.to_string(),
-            })
-            .await;
-        let mut stream = match opened {
-            Ok(s) => s.into_inner(),
-            Err(s) if shown_ms > 0 && rejoinable(&s) => {
-                *client = rejoin(&bars, &s, url, args).await?;
-                continue 'watch;
-            }
-            Err(s) => return Err(s).with_context(|| format!("WatchJob {job_id}")),
-        };
-        loop {
-            let ev = match stream.message().await {
-                Ok(Some(ev)) => ev,
-                Ok(None) => break 'watch,
-                Err(s) if rejoinable(&s) => {
-                    *client = rejoin(&bars, &s, url, args).await?;
-                    continue 'watch;
-                }
-                Err(s) => return Err(s).context("watching the job"),
-            };
-            let is_job = matches!(ev.event, Some(job_event::Event::Job(_)));
-            if !is_job && ev.unix_ms < shown_ms {
-                continue;
-            }
-            shown_ms = shown_ms.max(ev.unix_ms).max(1);
-            if let Some(job) = show(&mut bars, ev) {
-                let done = JobState::is_final_value(job.state);
-                last = Some(job);
-                if done {
-                    break 'watch;
-                }
-            }
-        }
-    }
-    bars.finish();
+    // Both closures reach the bars, one at a time (a note is printed only between events).
+    let bars = std::cell::RefCell::new(Bars::new());
+    let last = follow_events(
+        client,
+        job_id,
+        url,
+        args,
+        |note| bars.borrow().line(note),
+        |ev| show(&mut bars.borrow_mut(), ev),
+    )
+    .await?;
+    bars.into_inner().finish();
     let job = last.context("the watch ended before the job's state was sent")?;
     println!(
         "job {} ({}): {}  trials {}/{}  levels {}/{}  crashes {}{}",
@@ -252,6 +220,68 @@ pub async fn follow(
     Ok(job)
 }
 
+/// The watch loop both renderings share: `on` sees each event once and returns the job's state
+/// when the event carries it; the loop ends at a final state or when the stream ends. When the
+/// controller stops leading (deposed, frozen, killed) the watch goes on at the leader: the one
+/// the deposed controller names, else the first of `url` (the `--controller` list) that leads,
+/// with a `note` saying so. Events the new watch replays from before the cut are not passed on
+/// twice. Returns the last state seen.
+pub(crate) async fn follow_events(
+    client: &mut Client,
+    job_id: &str,
+    url: &str,
+    args: &ControllerArgs,
+    note: impl Fn(String),
+    mut on: impl FnMut(fleetbench_proto::controllerpb::JobEvent) -> Option<Job>,
+) -> anyhow::Result<Option<Job>> {
+    let mut last: Option<Job> = None;
+    // The newest event passed on: a watch opened after a cut replays the job's stored past,
+    // and what is older than `replayed_before` was passed on by the watch before it.
+    let mut shown_ms = 0i64;
+    let mut replayed_before = 0i64;
+    'watch: loop {
+        let opened = client
+            .watch_job(WatchJobRequest {
+                job_id: job_id.to_string(),
+            })
+            .await;
+        let mut stream = match opened {
+            Ok(s) => s.into_inner(),
+            Err(s) if shown_ms > 0 && rejoinable(&s) => {
+                *client = rejoin(&note, &s, url, args).await?;
+                replayed_before = shown_ms;
+                continue 'watch;
+            }
+            Err(s) => return Err(s).with_context(|| format!("WatchJob {job_id}")),
+        };
+        loop {
+            let ev = match stream.message().await {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break 'watch,
+                Err(s) if rejoinable(&s) => {
+                    *client = rejoin(&note, &s, url, args).await?;
+                    replayed_before = shown_ms;
+                    continue 'watch;
+                }
+                Err(s) => return Err(s).context("watching the job"),
+            };
+            let is_job = matches!(ev.event, Some(job_event::Event::Job(_)));
+            if !is_job && ev.unix_ms < replayed_before {
+                continue;
+            }
+            shown_ms = shown_ms.max(ev.unix_ms).max(1);
+            if let Some(job) = on(ev) {
+                let done = JobState::is_final_value(job.state);
+                last = Some(job);
+                if done {
+                    break 'watch;
+                }
+            }
+        }
+    }
+    Ok(last)
+}
+
 /// A cut watch worth following elsewhere: the controller stopped leading or went away.
 fn rejoinable(s: &tonic::Status) -> bool {
     matches!(
@@ -263,7 +293,7 @@ fn rejoinable(s: &tonic::Status) -> bool {
 /// A client of the leader after a cut: the one the deposed controller named, else the first
 /// leading controller of `url`, tried every second for [`REJOIN_FOR`].
 async fn rejoin(
-    bars: &Bars,
+    note: &dyn Fn(String),
     why: &tonic::Status,
     url: &str,
     args: &ControllerArgs,
@@ -274,7 +304,7 @@ async fn rejoin(
         .and_then(|v| v.to_str().ok())
         .filter(|l| !l.is_empty())
         .map(str::to_string);
-    bars.line(format!(
+    note(format!(
         "  the watch was cut ({}): following the job at {}",
         why.message(),
         named.as_deref().unwrap_or("the leading controller")
@@ -288,7 +318,7 @@ async fn rejoin(
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 if named.is_some() && start.elapsed() > Duration::from_secs(10) {
                     // The named leader did not answer: look among all addresses instead.
-                    return Box::pin(rejoin(bars, &tonic::Status::unavailable(""), url, args))
+                    return Box::pin(rejoin(note, &tonic::Status::unavailable(""), url, args))
                         .await;
                 }
             }
