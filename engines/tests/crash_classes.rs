@@ -26,7 +26,7 @@ fn run(kind: EngineKind, exit: ExitInfo, rel: &str) -> Crash {
 
 #[test]
 fn sglang_attention_backend_attribute_error() {
-    // The parent SGLang process kills its tree after SIGQUIT: it ends by SIGKILL.
+    // The parent SGLang process kills its tree after SIGQUIT: it ends by its own SIGKILL.
     let c = run(
         EngineKind::Sglang,
         killed(9),
@@ -51,7 +51,7 @@ fn sglang_attention_backend_attribute_error() {
     assert_eq!(
         c.summary,
         "python_exception: AttributeError: 'PrefillMetadata' object has no attribute 'max_seq_len' \
-         (at sglang/srt/layers/attention/flashinfer_mla_backend.py:731 in forward_extend); killed by SIGKILL (9)"
+         (at sglang/srt/layers/attention/flashinfer_mla_backend.py:731 in forward_extend); killed itself with SIGKILL (9)"
     );
 }
 

@@ -6,6 +6,11 @@
 //! the most specific cause wins (OOM before NCCL before NaN before other CUDA errors before a
 //! port clash before a plain Python exception), because the specific one is what a user acts
 //! on. SGLang's NaN check surfaces as a CUDA device-side assert, hence NaN before CUDA.
+//!
+//! A termination signal from outside fleetbench (neither its agent nor the kernel's OOM
+//! killer) is `killed_externally`, not the config's doing, unless the log names a specific
+//! cause or the engine's own lines show it sent the signal itself (SGLang SIGKILLs its own
+//! tree after a child's failure): then the traceback before it decides.
 
 mod patterns;
 mod traceback;
@@ -29,7 +34,8 @@ pub struct ExitInfo {
     /// The port was already taken before the engine started.
     pub port_in_use_before_start: bool,
     /// The termination signal that ended it (`signal`) came from outside: the agent was not
-    /// stopping it, and the kernel's OOM killer did not kill it.
+    /// stopping it, and the kernel's OOM killer did not kill it. [`classify`] still asks the
+    /// engine's log whether the engine sent it to itself.
     pub from_outside: bool,
     /// The kernel's OOM killer ended it (the agent's cgroup counted an OOM kill meanwhile).
     pub oom_killer: bool,
@@ -125,6 +131,10 @@ pub struct Crash {
 /// How many frames a [`Crash`] keeps.
 pub const MAX_FRAMES: usize = 6;
 
+/// Signals that end a process from outside (SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM); a
+/// process's own faults end it with others (SIGSEGV, SIGABRT, SIGBUS, ...).
+pub const OUTSIDE_SIGNALS: [i32; 5] = [1, 2, 3, 9, 15];
+
 /// Classifies an engine's end from how it exited and the tail of its log (raw lines, logger
 /// prefixes and all).
 pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash {
@@ -133,8 +143,12 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
         .map(|l| strip_prefix(l).message.into_owned())
         .collect();
     let tracebacks = parse_tracebacks(&lines);
+    let engine = crate::engine::spec(kind);
     // What the engine's own lines say about an out-of-memory without a traceback.
-    let oom_what = crate::engine::spec(kind).oom_detail(&lines);
+    let oom_what = engine.oom_detail(&lines);
+    // A signal the engine sent itself (SGLang kills its own tree after a child's failure) is
+    // no outsider's: the failure before it decides.
+    let killed_itself = exit.signal.is_some_and(|s| engine.killed_itself(&lines, s));
     let evidence = patterns::find_evidence(kind, &lines);
 
     let (class, exc, message, frames) = if exit.port_in_use_before_start {
@@ -191,7 +205,7 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
                 Vec::new(),
             ),
         }
-    } else if exit.from_outside && exit.signal.is_some() {
+    } else if exit.from_outside && exit.signal.is_some() && !killed_itself {
         // A traceback before it is what a signal handler or a served request printed, not why
         // it died: a specific cause in the log (above) is what would make it the config's.
         let msg = "killed from outside fleetbench (not by its agent, not by the kernel's OOM \
@@ -223,7 +237,7 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
         (class, String::new(), msg, Vec::new())
     };
 
-    let summary = summarize(class, &exc, &message, &frames, exit);
+    let summary = summarize(class, &exc, &message, &frames, exit, killed_itself);
     Crash {
         class,
         exception_type: exc,
@@ -244,6 +258,7 @@ fn summarize(
     message: &str,
     frames: &[String],
     exit: &ExitInfo,
+    killed_itself: bool,
 ) -> String {
     let mut s = class.as_str().to_string();
     let what = match (exc.is_empty(), message.is_empty()) {
@@ -261,6 +276,7 @@ fn summarize(
         s.push_str(&format!(" (at {at})"));
     }
     let how = match (exit.signal, exit.code) {
+        (Some(sig), _) if killed_itself => format!("killed itself with {}", signal_name(sig)),
         (Some(sig), _) => format!("killed by {}", signal_name(sig)),
         (None, Some(code)) => format!("exit code {code}"),
         (None, None) if exit.startup_timed_out => "not ready before the start deadline".into(),

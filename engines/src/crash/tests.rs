@@ -149,3 +149,62 @@ fn a_traceback_beats_an_error_line_that_looks_like_a_usage_error() {
     assert_eq!(c.message, "error: bad state");
     assert_eq!(c.frames, ["/x/y.py:3 in f: g()"]);
 }
+
+/// SGLang 0.5.23's other pool-sizing failure (`mem_cache/kv_cache_configurator.py`, its
+/// f-string filled in): the weights left nothing for the KV cache. Not reachable on the CPU
+/// build with the tiny model, hence written from the source.
+#[test]
+fn weights_that_leave_no_room_for_the_kv_cache_are_oom() {
+    let tail = lines(
+        "Scheduler hit an exception: Traceback (most recent call last):\n  \
+         File \"/v/sglang/srt/mem_cache/kv_cache_configurator.py\", line 3051, in profile_max_num_token\n    \
+         raise ValueError(\n\
+         ValueError: Loaded weights leave no GPU memory for the KV cache under \
+         --mem-fraction-static=0.5. Raise --mem-fraction-static above 0.912 (minimum viable = 1 - \
+         available/pre = 0.9113). If using speculative decoding, draft weights are now counted.\n\
+         Received sigquit from a child process. It usually means the child failed.",
+    );
+    let own_kill = ExitInfo {
+        signal: Some(9),
+        from_outside: true,
+        ..Default::default()
+    };
+    let c = classify(EngineKind::Sglang, &own_kill, &tail);
+    assert_eq!(c.class, CrashClass::Oom);
+    assert_eq!(c.exception_type, "ValueError");
+    assert!(
+        c.message.starts_with("Loaded weights leave no GPU memory"),
+        "{}",
+        c.message
+    );
+}
+
+/// A plain traceback before SGLang's own SIGKILL is the cause; the same SIGKILL without its
+/// parent's word that a child failed is someone else's.
+#[test]
+fn sglangs_own_kill_leaves_the_traceback_in_charge() {
+    let child = "Scheduler hit an exception: Traceback (most recent call last):\n  \
+                 File \"/v/sglang/srt/managers/tp_worker.py\", line 420, in alloc_memory_pool\n    \
+                 assert x > 0\n\
+                 AssertionError: max_running_request is zero\n";
+    let outside = ExitInfo {
+        signal: Some(9),
+        from_outside: true,
+        ..Default::default()
+    };
+    let said =
+        format!("{child}Received sigquit from a child process. It usually means the child failed.");
+    let c = classify(EngineKind::Sglang, &outside, &lines(&said));
+    assert_eq!(c.class, CrashClass::PythonException);
+    assert_eq!(c.message, "max_running_request is zero");
+    assert!(
+        c.summary.ends_with("; killed itself with SIGKILL (9)"),
+        "{}",
+        c.summary
+    );
+    let c = classify(EngineKind::Sglang, &outside, &lines(child));
+    assert_eq!(c.class, CrashClass::KilledExternally);
+    // Other engines do not kill themselves so.
+    let c = classify(EngineKind::Vllm, &outside, &lines(&said));
+    assert_eq!(c.class, CrashClass::KilledExternally);
+}

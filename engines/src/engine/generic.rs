@@ -61,6 +61,10 @@ impl Engine for Generic {
         None
     }
 
+    fn killed_itself(&self, _lines: &[String], _signal: i32) -> bool {
+        false
+    }
+
     /// Whichever built-in engine's names the scrape carries (SGLang's when none does).
     fn metric_mapping(&self, expo: &Exposition) -> &'static Mapping {
         [&sglang::METRICS, &vllm::METRICS, &llamacpp::METRICS]

@@ -50,6 +50,10 @@ pub(crate) trait Engine: Sync {
     /// (`Some("")` when this engine explains it but these lines do not); `None` to leave the
     /// message to the generic rules.
     fn oom_detail(&self, lines: &[String]) -> Option<String>;
+    /// Whether the log (lines without their logger prefixes) shows that the engine sent
+    /// `signal` to itself: an engine whose launcher kills its own process tree after a child's
+    /// failure ends like one killed from outside, and the failure before it is the cause.
+    fn killed_itself(&self, lines: &[String], signal: i32) -> bool;
 
     /// The engine's names for the common metric figures, picked for this scrape.
     fn metric_mapping(&self, expo: &Exposition) -> &'static Mapping;

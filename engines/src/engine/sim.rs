@@ -95,6 +95,10 @@ impl Engine for Sim {
         Sglang.oom_detail(lines)
     }
 
+    fn killed_itself(&self, lines: &[String], signal: i32) -> bool {
+        Sglang.killed_itself(lines, signal)
+    }
+
     fn metric_mapping(&self, expo: &Exposition) -> &'static Mapping {
         Sglang.metric_mapping(expo)
     }

@@ -2,11 +2,8 @@
 //! asked for (the group's stop sequence), and the release of its port and GPUs after it.
 
 use super::*;
+use fleetbench_engines::crash::OUTSIDE_SIGNALS;
 use fleetbench_proto::Word;
-
-/// Signals that end a process from outside (SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM); an
-/// engine's own faults end it with others (SIGSEGV, SIGABRT, SIGBUS, ...).
-const OUTSIDE_SIGNALS: [i32; 5] = [1, 2, 3, 9, 15];
 
 impl Task {
     /// The engine's child exited on its own.
@@ -33,7 +30,8 @@ impl Task {
         };
         // The agent was not stopping it (a stop takes the engine first), so a termination
         // signal came from elsewhere: the kernel's OOM killer if our cgroup counted a kill since
-        // the spawn, else someone outside fleetbench (unknown counts read as outside).
+        // the spawn, else someone outside fleetbench (unknown counts read as outside) or the
+        // engine itself, which only its log can tell: `classify` asks the engine's module.
         let terminated = signal.is_some_and(|s| OUTSIDE_SIGNALS.contains(&s));
         let kernel = signal == Some(9)
             && matches!(

@@ -138,6 +138,10 @@ impl Engine for Llamacpp {
         Some(oom_what(lines).map(str::to_string).unwrap_or_default())
     }
 
+    fn killed_itself(&self, _lines: &[String], _signal: i32) -> bool {
+        false
+    }
+
     fn metric_mapping(&self, _expo: &Exposition) -> &'static Mapping {
         &METRICS
     }

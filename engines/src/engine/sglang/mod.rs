@@ -1,6 +1,7 @@
 //! SGLang (0.5.9, 0.5.23): how fleetbench starts, reads, classifies, measures and resets it.
 //! The simulated engine imitates it and borrows most of this module (`super::sim`).
 
+mod crash;
 pub(crate) mod flags;
 mod logs;
 
@@ -123,6 +124,10 @@ impl Engine for Sglang {
 
     fn oom_detail(&self, _lines: &[String]) -> Option<String> {
         None
+    }
+
+    fn killed_itself(&self, lines: &[String], signal: i32) -> bool {
+        crash::killed_itself(lines, signal)
     }
 
     fn metric_mapping(&self, _expo: &Exposition) -> &'static Mapping {

@@ -114,6 +114,10 @@ impl Engine for Vllm {
         None
     }
 
+    fn killed_itself(&self, _lines: &[String], _signal: i32) -> bool {
+        false
+    }
+
     fn metric_mapping(&self, _expo: &Exposition) -> &'static Mapping {
         &METRICS
     }
