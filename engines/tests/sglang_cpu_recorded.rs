@@ -1,7 +1,8 @@
 //! A start-up log recorded from a real SGLang 0.5.23 on the CPU (the tiny random-weight Llama
 //! of `scripts/engines/make_tiny_llama.py`), run with fleetbench's stand-in for SGLang's CPU
 //! kernel helpers (`scripts/engines/sgl_kernel_cpu_standin`; GPU kernels not exercised). Its
-//! `server_args={...}` line is about 19 KiB: the agent keeps lines of up to 64 KiB for it.
+//! `server_args={...}` line is about 19 KiB: the agent keeps lines of up to 64 KiB for it. The
+//! crash logs beside it are the same server started with flags that fail it.
 
 mod common;
 
@@ -72,4 +73,107 @@ fn a_model_path_that_does_not_exist_names_the_path() {
         "{c:?}"
     );
     assert!(c.message.contains("/work/vrun/no-such-model"), "{c:?}");
+}
+
+/// How the agent sees SGLang end after a scheduler failure: SGLang SIGKILLs its own tree, so
+/// the exit is a SIGKILL the agent did not send and the kernel's OOM killer did not either.
+fn self_killed() -> fleetbench_engines::ExitInfo {
+    fleetbench_engines::ExitInfo {
+        signal: Some(9),
+        from_outside: true,
+        ..Default::default()
+    }
+}
+
+/// The lines the agent classifies: the last 60 of the log (its `CRASH_TAIL`).
+fn agent_tail(lines: &[String]) -> &[String] {
+    &lines[lines.len().saturating_sub(60)..]
+}
+
+#[test]
+fn a_kv_pool_of_no_tokens_is_oom_by_sglangs_own_message_not_a_kill_from_outside() {
+    // `--max-total-tokens 0`: the scheduler's pool configurator raises, SGLang kills its tree.
+    let lines = fixture_lines("crash/sglang_cpu_kv_cache_too_small.log");
+    let c = fleetbench_engines::classify(EngineKind::Sglang, &self_killed(), agent_tail(&lines));
+    assert_eq!(c.class, fleetbench_engines::CrashClass::Oom, "{c:?}");
+    assert_eq!(c.exception_type, "RuntimeError", "{c:?}");
+    assert_eq!(
+        c.message,
+        "Not enough memory. Please try to increase --mem-fraction-static."
+    );
+    assert_eq!(
+        c.frames.last().unwrap(),
+        "sglang/srt/model_executor/pool_configurator.py:99 in __post_init__: raise RuntimeError(msg)"
+    );
+    assert!(
+        c.summary.ends_with("; killed itself with SIGKILL (9)"),
+        "{}",
+        c.summary
+    );
+}
+
+#[test]
+fn a_kv_pool_of_one_token_is_sglangs_assertion_not_a_kill_from_outside() {
+    // `--max-total-tokens 1`: the pool is made, but it leaves no room for a running request.
+    let lines = fixture_lines("crash/sglang_cpu_kv_cache_one_token.log");
+    let c = fleetbench_engines::classify(EngineKind::Sglang, &self_killed(), agent_tail(&lines));
+    assert_eq!(
+        c.class,
+        fleetbench_engines::CrashClass::PythonException,
+        "{c:?}"
+    );
+    assert_eq!(c.exception_type, "AssertionError", "{c:?}");
+    assert_eq!(c.message, "max_running_request is zero");
+    assert_eq!(
+        c.frames.last().unwrap(),
+        "sglang/srt/managers/tp_worker.py:420 in alloc_memory_pool: \
+         assert self.model_runner.max_running_requests > 0, \"max_running_request is zero\""
+    );
+    assert!(
+        c.summary.ends_with("; killed itself with SIGKILL (9)"),
+        "{}",
+        c.summary
+    );
+}
+
+#[test]
+fn a_kv_pool_of_two_tokens_never_gets_ready_and_an_outside_sigterm_stays_outside() {
+    // `--max-total-tokens 2`: SGLang starts, warns that the pool is smaller than the context,
+    // refuses its own 8-token warm-up request and answers /health 503 until it is stopped.
+    let lines = fixture_lines("crash/sglang_cpu_kv_cache_two_tokens.log");
+    assert!(lines.iter().any(|l| l.contains(
+        "KV pool holds 2 tokens, fewer than --context-length 512. One full-length request cannot fit"
+    )));
+    assert!(lines.iter().any(|l| {
+        l.contains("Input length (8 tokens) exceeds the maximum allowed length (-4 tokens).")
+    }));
+    // At the start deadline the agent classifies the tail it has then: a startup timeout.
+    let sigterm = lines
+        .iter()
+        .position(|l| l.contains("SIGTERM received."))
+        .expect("the recording's SIGTERM");
+    let at_deadline = fleetbench_engines::ExitInfo {
+        startup_timed_out: true,
+        ..Default::default()
+    };
+    let c = fleetbench_engines::classify(
+        EngineKind::Sglang,
+        &at_deadline,
+        agent_tail(&lines[..sigterm]),
+    );
+    assert_eq!(
+        c.class,
+        fleetbench_engines::CrashClass::StartupTimeout,
+        "{c:?}"
+    );
+    assert!(c.message.contains("GET /health HTTP/1.1\" 503"), "{c:?}");
+    // The recording ended it with SIGTERM to its process group: the scheduler died of it, and
+    // SGLang killed its tree with SIGKILL as after a failure. Had that SIGTERM come from
+    // outside fleetbench, the kill is still an outsider's, not the config's.
+    let c = fleetbench_engines::classify(EngineKind::Sglang, &self_killed(), agent_tail(&lines));
+    assert_eq!(
+        c.class,
+        fleetbench_engines::CrashClass::KilledExternally,
+        "{c:?}"
+    );
 }
