@@ -9,7 +9,8 @@
 //! are read around each level), the flag rules from the real `--help`, effective args from the
 //! server's `server_args=` line, a restart with another `--max-running-requests`, per-level
 //! truth against SGLang's counters, `/flush_cache` between levels, and a stop that ends the
-//! tree and leaves nothing behind. Two engine starts (25-40 s each on 2 cores).
+//! tree and leaves nothing behind. Two engine starts (25-40 s each on 2 cores); a third, with a
+//! one-token KV pool, fails at start-up and is classified from its traceback.
 
 mod common;
 
@@ -18,29 +19,15 @@ use std::time::Duration;
 use common::truth::{self, Judge, fact, scratch_dirs, tmp_entries};
 use common::*;
 use fleetbench_agent::http::HttpClient;
-use fleetbench_proto::agentpb;
-use fleetbench_testkit::engines::{SGLANG_CPU_NOTE, sglang_cpu, sglang_cpu_env};
+use fleetbench_proto::agentpb::{self, engine_event::Event};
+use fleetbench_testkit::engines::{SGLANG_CPU_NOTE, SglangCpu, sglang_cpu, sglang_cpu_env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sglang_on_cpu_with_a_kernel_stand_in_serves_restarts_and_agrees_with_its_counters() {
     println!("{SGLANG_CPU_NOTE}");
     let s = sglang_cpu();
     let port = fleetbench_testkit::free_port();
-    let env: String = sglang_cpu_env(&s)
-        .iter()
-        .map(|(k, v)| format!("{k} = {v:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let extra = format!(
-        "[profiles.sglang-cpu]\nkind = \"sglang\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\n\
-         start_timeout_s = 300\nrun_as_root = true\n\
-         args = [\"-m\", \"sglang.launch_server\", \"--model-path\", \"{{model}}\", \"--host\", \
-         \"{{host}}\", \"--port\", \"{{port}}\", \"--enable-metrics\", \"--device\", \"cpu\", \
-         \"--attention-backend\", \"torch_native\", \"--sampling-backend\", \"pytorch\", \
-         \"--disable-overlap-schedule\", \"--dtype\", \"bfloat16\", \"--context-length\", \"512\", \
-         \"--max-total-tokens\", \"8192\"]\nenv = {{ {env} }}\n",
-        s.python, s.model,
-    );
+    let extra = profile(&s, "sglang-cpu", port, 8192);
     let tmp_before = tmp_entries();
     let agent = Agent::start(&extra).unwrap();
     let mut c = agent.client().await.unwrap();
@@ -160,4 +147,63 @@ async fn sglang_on_cpu_with_a_kernel_stand_in_serves_restarts_and_agrees_with_it
         .filter(|n| !tmp_before.contains(n))
         .collect();
     assert_eq!(new, Vec::<String>::new(), "SGLang wrote into /tmp");
+}
+
+/// A start-up failure of the real server (a one-token KV pool: the scheduler's
+/// `AssertionError`) ends by SGLang's own SIGKILL of its tree; the agent reports the traceback,
+/// not a kill from outside fleetbench (which would make the trial run again as a host fault).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglangs_start_up_failure_is_its_traceback_not_a_kill_from_outside() {
+    println!("{SGLANG_CPU_NOTE}");
+    let s = sglang_cpu();
+    let port = fleetbench_testkit::free_port();
+    let agent = Agent::start(&profile(&s, "sglang-one-token", port, 1)).unwrap();
+    let mut c = agent.client().await.unwrap();
+    let model = s.model.to_string_lossy().into_owned();
+    let ev = apply(
+        &mut c,
+        spec("sglang-one-token", &model, 0, &[]),
+        Duration::from_secs(360),
+    )
+    .await
+    .unwrap();
+    let pid = spawned(&ev).expect("spawned").pid;
+    let Some(Event::Failed(crash)) = ev.last() else {
+        panic!("last event is not a failure: {ev:?}\n{}", agent.log_text())
+    };
+    assert_eq!(crash.signal, Some(9), "{crash:?}");
+    assert_eq!(
+        crash.class,
+        agentpb::CrashClass::PythonException as i32,
+        "{crash:?}"
+    );
+    assert_eq!(crash.exception_type, "AssertionError", "{crash:?}");
+    assert_eq!(crash.message, "max_running_request is zero", "{crash:?}");
+    assert!(
+        crash.summary.ends_with("; killed itself with SIGKILL (9)"),
+        "{}",
+        crash.summary
+    );
+    assert!(ready(&ev).is_none());
+    assert!(group_members(pid as i32).is_empty());
+}
+
+/// An `sglang`-kind profile `name` for the tiny Llama on the CPU on `port`, with a KV pool of
+/// `kv_tokens` tokens for a 512-token context.
+fn profile(s: &SglangCpu, name: &str, port: u16, kv_tokens: u32) -> String {
+    let env: String = sglang_cpu_env(s)
+        .iter()
+        .map(|(k, v)| format!("{k} = {v:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[profiles.{name}]\nkind = \"sglang\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\n\
+         start_timeout_s = 300\nrun_as_root = true\n\
+         args = [\"-m\", \"sglang.launch_server\", \"--model-path\", \"{{model}}\", \"--host\", \
+         \"{{host}}\", \"--port\", \"{{port}}\", \"--enable-metrics\", \"--device\", \"cpu\", \
+         \"--attention-backend\", \"torch_native\", \"--sampling-backend\", \"pytorch\", \
+         \"--disable-overlap-schedule\", \"--dtype\", \"bfloat16\", \"--context-length\", \"512\", \
+         \"--max-total-tokens\", \"{kv_tokens}\"]\nenv = {{ {env} }}\n",
+        s.python, s.model,
+    )
 }
