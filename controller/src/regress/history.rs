@@ -45,7 +45,7 @@ impl History for StoreHistory<'_> {
 }
 
 /// Exports a suite run's verdicts as the regression dashboard's metrics.
-pub fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Verdict]) {
+pub(crate) fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Verdict]) {
     let run = controllerpb::SuiteRun {
         suite: suite_name.to_string(),
         job_id: job_id.to_string(),
@@ -56,7 +56,7 @@ pub fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Ver
 }
 
 /// Exports a run's checks: the verdict per check, and both sides' means where both exist.
-pub fn export_checks(metrics: &Metrics, run: &controllerpb::SuiteRun) {
+pub(crate) fn export_checks(metrics: &Metrics, run: &controllerpb::SuiteRun) {
     for c in &run.checks {
         metrics.regression_verdict(&run.suite, &c.metric, &c.level, c.regressed);
         if let (Some(cur), Some(base)) = (c.current, c.baseline) {
