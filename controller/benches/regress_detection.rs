@@ -12,7 +12,8 @@ mod regress_common;
 
 use std::time::Instant;
 
-use fleetbench_controller::regress::{self, History, Status};
+use fleetbench_controller::regress::StoreHistory;
+use fleetbench_rounds::regress::{self, Status};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -25,13 +26,10 @@ async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let fleet = regress_common::Fleet::start(dir.path(), agents).await;
     let mut client = fleet.client().await;
-    let history = History {
-        store: Some(&fleet.controller.store),
-        metrics: Some(&fleet.controller.metrics),
-    };
+    let mut history = StoreHistory::new(&fleet.controller.store, Some(&fleet.controller.metrics));
     let started = Instant::now();
     let base = regress_common::detection_suite(1, 1.0, 5, false, 0.05);
-    let first = regress::run_suite(&mut client, history, "detect.toml", &base, "base")
+    let first = regress::run_suite(&mut client, &mut history, "detect.toml", &base, "base")
         .await
         .expect("baseline run");
     println!(
@@ -44,7 +42,7 @@ async fn main() {
         for (slowdown, label) in [(1.0, "no change"), (1.10, "10% slower")] {
             let seed = 100 + u64::from(i) * 2 + u64::from(slowdown > 1.0);
             let text = regress_common::detection_suite(seed, slowdown, 5, true, 0.05);
-            let o = regress::run_suite(&mut client, history, "detect.toml", &text, "")
+            let o = regress::run_suite(&mut client, &mut history, "detect.toml", &text, "")
                 .await
                 .expect("suite run");
             let worst = o

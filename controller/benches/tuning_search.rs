@@ -14,7 +14,7 @@
 #[path = "../tests/regress_common/mod.rs"]
 mod regress_common;
 
-use fleetbench_controller::tuning::{self, render, saturation, search};
+use fleetbench_rounds::tuning::{self, render, saturation, search};
 
 fn example(name: &str) -> String {
     let path = fleetbench_testkit::repo_root().join("examples").join(name);

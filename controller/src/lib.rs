@@ -7,6 +7,8 @@
 //! - [`api`]: the `fleetbench.controller.v1.Controller` gRPC service and its auth.
 //! - [`leader`]: one leader among controllers sharing a PostgreSQL store.
 //! - [`server`]: start/stop a whole controller; [`embedded`]: the CLI's in-process one.
+//! - [`regress`]: the suites it runs on a schedule and the suite history in its store; running
+//!   a suite or a tuning search is `fleetbench-rounds`, which the CLI runs.
 
 pub mod agents;
 pub mod api;
@@ -20,7 +22,6 @@ pub mod regress;
 pub mod scheduler;
 pub mod server;
 pub mod store;
-pub mod tuning;
 
 pub use config::{ConfigError, ControllerConfig, HostConfig};
 pub use server::{ControllerHandle, StartError, start};

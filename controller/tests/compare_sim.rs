@@ -15,8 +15,8 @@
 
 mod regress_common;
 
-use fleetbench_controller::regress::Fleet as _;
 use fleetbench_proto::controllerpb::{CompareRequest, CompareResponse, JobKind, JobState};
+use fleetbench_rounds::Fleet as _;
 
 /// The job: config A, and `second` (a TOML inline table of flags) extending it.
 fn spec(name: &str, second: &str) -> String {

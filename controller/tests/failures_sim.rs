@@ -6,8 +6,10 @@
 
 mod regress_common;
 
-use fleetbench_controller::regress::{self, Fleet as _, History, Status};
+use fleetbench_controller::regress::StoreHistory;
 use fleetbench_proto::controllerpb::{CompareRequest, JobKind, JobState};
+use fleetbench_rounds::Fleet as _;
+use fleetbench_rounds::regress::{self, Status};
 
 const FLAGS: &str =
     r#""--moe-runner-backend" = "flashinfer_cutlass", "--time-scale" = 0.25, "--seed" = 1"#;
@@ -124,19 +126,22 @@ async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress
     }
 
     // regress: the error-rate check fails the failing build; its throughput check need not.
-    let history = History {
-        store: Some(&fleet.controller.store),
-        metrics: Some(&fleet.controller.metrics),
-    };
-    let base = regress::run_suite(&mut client, history, "s.toml", &suite(0.0, false), "base")
-        .await
-        .unwrap();
+    let mut history = StoreHistory::new(&fleet.controller.store, Some(&fleet.controller.metrics));
+    let base = regress::run_suite(
+        &mut client,
+        &mut history,
+        "s.toml",
+        &suite(0.0, false),
+        "base",
+    )
+    .await
+    .unwrap();
     assert!(
         base.passed,
         "{}",
         fleetbench_verdicts::regress::verdict::render(&base.verdicts)
     );
-    let bad = regress::run_suite(&mut client, history, "s.toml", &suite(0.2, true), "")
+    let bad = regress::run_suite(&mut client, &mut history, "s.toml", &suite(0.2, true), "")
         .await
         .unwrap();
     fleet.stop().await;
@@ -154,7 +159,7 @@ async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress
 /// shorter context would) is infeasible however fast it serves the short ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_that_rejects_long_prompts_never_wins_tune() {
-    use fleetbench_controller::tuning;
+    use fleetbench_rounds::tuning;
     let spec = format!(
         r#"name = "tune-reject"
 repeats = 2

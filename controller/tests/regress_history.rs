@@ -3,7 +3,8 @@
 
 mod common;
 
-use fleetbench_controller::store::{Store, SuiteRun};
+use fleetbench_controller::store::Store;
+use fleetbench_rounds::regress::SuiteRun;
 
 fn run(job: &str, suite: &str, passed: bool, at: i64) -> SuiteRun {
     SuiteRun {

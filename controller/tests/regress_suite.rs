@@ -5,8 +5,10 @@
 
 mod regress_common;
 
-use fleetbench_controller::regress::{self, Fleet as _, History, RegressError, Status};
+use fleetbench_controller::regress::StoreHistory;
 use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
+use fleetbench_rounds::Fleet as _;
+use fleetbench_rounds::regress::{self, RegressError, RemoteHistory, Status};
 use fleetbench_spec::suite::job_toml;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -14,10 +16,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     let dir = tempfile::tempdir().unwrap();
     let fleet = regress_common::Fleet::start(dir.path(), 2).await;
     let mut client = fleet.client().await;
-    let history = History {
-        store: Some(&fleet.controller.store),
-        metrics: Some(&fleet.controller.metrics),
-    };
+    let mut history = StoreHistory::new(&fleet.controller.store, Some(&fleet.controller.metrics));
     let suite = |seed, slowdown, tagged| {
         // Five repeats: the t interval is honest about the noise of a loaded 2-core machine
         // (repeats 5-10% apart), where three repeats cannot show even a 30% slowdown; the
@@ -28,7 +27,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     // First run: nothing to compare with; it passes and becomes the tagged baseline.
     let first = regress::run_suite(
         &mut client,
-        history,
+        &mut history,
         "detect.toml",
         &suite(1, 1.0, false),
         "base",
@@ -48,7 +47,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     // Same build, other jitter seed: passes against the tagged baseline.
     let same = regress::run_suite(
         &mut client,
-        history,
+        &mut history,
         "detect.toml",
         &suite(2, 1.0, true),
         "",
@@ -65,7 +64,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     // A 50% slower build: both metrics regress, outside the noise.
     let slow = regress::run_suite(
         &mut client,
-        history,
+        &mut history,
         "detect.toml",
         &suite(3, regress_common::TEST_SLOWDOWN, true),
         "",
@@ -113,7 +112,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
     assert_eq!(runs[2].tag, "base");
     let after = regress::run_suite(
         &mut client,
-        history,
+        &mut history,
         "detect.toml",
         &suite(4, 1.0, false),
         "",
@@ -134,12 +133,9 @@ async fn a_missing_tag_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = regress_common::Fleet::start(dir.path(), 1).await;
     let mut client = fleet.client().await;
-    let history = History {
-        store: Some(&fleet.controller.store),
-        metrics: None,
-    };
+    let mut history = StoreHistory::new(&fleet.controller.store, None);
     let text = regress_common::detection_suite(1, 1.0, 1, true, regress_common::TEST_TOLERANCE);
-    let err = regress::run_suite(&mut client, history, "detect.toml", &text, "")
+    let err = regress::run_suite(&mut client, &mut history, "detect.toml", &text, "")
         .await
         .unwrap_err();
     assert!(matches!(err, RegressError::NoBaseline(_)), "{err}");
@@ -170,12 +166,9 @@ async fn a_tag_missing_from_the_history_is_found_among_the_controllers_jobs() {
     assert!(submitted.errors.is_empty(), "{:?}", submitted.errors);
     let job = client.wait(&submitted.job_id).await.unwrap();
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
-    let remote = History {
-        store: None,
-        metrics: None,
-    };
+    let mut remote = RemoteHistory::new(client.clone());
     let tagged = regress_common::detection_suite(2, 1.0, 2, true, regress_common::TEST_TOLERANCE);
-    let second = regress::run_suite(&mut client, remote, "detect.toml", &tagged, "")
+    let second = regress::run_suite(&mut client, &mut remote, "detect.toml", &tagged, "")
         .await
         .unwrap();
     assert_eq!(

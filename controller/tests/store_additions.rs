@@ -9,11 +9,11 @@ mod common;
 use std::future::Future;
 
 use fleetbench_controller::store::{NewJob, Store, TrialRow};
-use fleetbench_controller::tuning::score::{self, HostGpus};
 use fleetbench_proto::agentpb::{Distribution, LevelOutcome, LevelResult, LoadLevel};
 use fleetbench_proto::controllerpb::{
     ConfigInfo, GetResultsResponse, JobKind, StoredLevel, TrialState,
 };
+use fleetbench_rounds::tuning::score::{self, HostGpus};
 use fleetbench_spec::Slo;
 use fleetbench_spec::search::Objective;
 

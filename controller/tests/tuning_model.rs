@@ -4,7 +4,7 @@
 
 mod regress_common;
 
-use fleetbench_controller::tuning;
+use fleetbench_rounds::tuning;
 use fleetbench_sim::model;
 use fleetbench_spec::search::{SWITCH_ON, SearchSpec};
 use fleetbench_spec::{JobSpec, Levels};

@@ -9,11 +9,11 @@ mod regress_common;
 use std::time::Duration;
 
 use fleetbench_controller::store::{NewJob, Store, TrialRow};
-use fleetbench_controller::tuning::{self, TuneError};
 use fleetbench_proto::agentpb::{LevelOutcome, LevelResult, LoadLevel};
 use fleetbench_proto::controllerpb::{
     ConfigInfo, JobKind, ListAgentsRequest, StoredLevel, TrialState,
 };
+use fleetbench_rounds::tuning::{self, TuneError};
 
 const SPEC: &str = r#"name = "tune-watt"
 

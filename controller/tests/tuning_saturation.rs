@@ -4,7 +4,7 @@
 
 mod regress_common;
 
-use fleetbench_controller::tuning;
+use fleetbench_rounds::tuning;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn saturation_lands_within_one_step_of_the_models_knee() {

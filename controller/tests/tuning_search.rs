@@ -5,7 +5,7 @@
 
 mod regress_common;
 
-use fleetbench_controller::tuning::{self, search::Fate};
+use fleetbench_rounds::tuning::{self, search::Fate};
 
 const SPEC: &str = r#"name = "tune-small"
 repeats = 2

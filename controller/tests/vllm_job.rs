@@ -164,15 +164,13 @@ objective = "output_tokens_per_s"
 "#
     );
     let t = std::time::Instant::now();
-    let out = fleetbench_controller::tuning::search::run_search(
-        &mut c,
-        "vllm-tune.toml",
-        &spec,
-        |line| println!("{line}"),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
-    let report = fleetbench_controller::tuning::render::search(&out);
+    let out =
+        fleetbench_rounds::tuning::search::run_search(&mut c, "vllm-tune.toml", &spec, |line| {
+            println!("{line}")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
+    let report = fleetbench_rounds::tuning::render::search(&out);
     println!(
         "{report}\nvLLM tuning search: {:.0} s",
         t.elapsed().as_secs_f64()

@@ -51,11 +51,26 @@ struct JobRules {
     order: Option<Order>,
 }
 
-/// Every job's rules, and notes for specs that cannot be read (stored by an older version):
-/// their rules fall back to the defaults, and the response says so.
+impl JobRules {
+    /// For a job whose spec cannot be read: the defaults (1% of requests may fail; levels
+    /// tested as two samples). Never taken silently: the response's notes say so.
+    const DEFAULT: JobRules = JobRules {
+        max_error_rate: fleetbench_spec::DEFAULT_MAX_ERROR_RATE,
+        order: None,
+    };
+}
+
+/// Every job's rules, and notes for specs that cannot be read (stored by an older version, or
+/// a level whose job is not among the results): their rules fall back to the defaults, and
+/// the response says so. Every job of `results.levels` has rules.
 fn job_rules(results: &GetResultsResponse) -> (HashMap<String, JobRules>, Vec<String>) {
+    let short = |id: &str| id.chars().take(8).collect::<String>();
+    let assumed = format!(
+        "max_error_rate {:.0}% assumed and its levels tested as two samples",
+        fleetbench_spec::DEFAULT_MAX_ERROR_RATE * 100.0
+    );
     let mut notes = Vec::new();
-    let rules = results
+    let mut rules: HashMap<String, JobRules> = results
         .jobs
         .iter()
         .map(|j| {
@@ -66,19 +81,14 @@ fn job_rules(results: &GetResultsResponse) -> (HashMap<String, JobRules>, Vec<St
                 },
                 Err(e) => {
                     notes.push(format!(
-                        "the spec of job {} could not be read ({}): max_error_rate {:.0}% \
-                         assumed and its levels tested as two samples",
-                        j.id.chars().take(8).collect::<String>(),
+                        "the spec of job {} could not be read ({}): {assumed}",
+                        short(&j.id),
                         fleetbench_spec::render_errors(&e)
                             .lines()
                             .next()
                             .unwrap_or_default(),
-                        fleetbench_spec::DEFAULT_MAX_ERROR_RATE * 100.0
                     ));
-                    JobRules {
-                        max_error_rate: fleetbench_spec::DEFAULT_MAX_ERROR_RATE,
-                        order: None,
-                    }
+                    JobRules::DEFAULT
                 }
             };
             if let Some(note) = rules.order.and_then(|o| design::order_note(&j.id, o)) {
@@ -87,6 +97,15 @@ fn job_rules(results: &GetResultsResponse) -> (HashMap<String, JobRules>, Vec<St
             (j.id.clone(), rules)
         })
         .collect();
+    for l in &results.levels {
+        if !rules.contains_key(&l.job_id) {
+            notes.push(format!(
+                "job {} is not among the results, so neither is its spec: {assumed}",
+                short(&l.job_id)
+            ));
+            rules.insert(l.job_id.clone(), JobRules::DEFAULT);
+        }
+    }
     (rules, notes)
 }
 
@@ -126,12 +145,8 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
         let stats: Vec<Scored> = configs
             .iter()
             .map(|(key, s)| {
-                let max = rules
-                    .get(&key.job_id)
-                    .map_or(fleetbench_spec::DEFAULT_MAX_ERROR_RATE, |r| {
-                        r.max_error_rate
-                    });
-                config_stats(key, s, &names, max)
+                // job_rules gave every level's job its rules.
+                config_stats(key, s, &names, rules[&key.job_id].max_error_rate)
             })
             .collect();
         let (group, plan) = decide(workload, level, stats, &rules);

@@ -15,7 +15,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use fleetbench_controller::HostConfig;
-use fleetbench_controller::regress::{self, History, RegressError, Status};
+use fleetbench_controller::regress::StoreHistory;
+use fleetbench_rounds::regress::{self, RegressError, RemoteHistory, Status};
 
 use super::jobs::{ControllerArgs, connect};
 use super::run::DEFAULT_DATA_DIR;
@@ -144,11 +145,19 @@ async fn run_suite(args: Args) -> anyhow::Result<ExitCode> {
     };
     let result = async {
         let mut client = connect(&url, &args.controller).await?;
-        let history = History {
-            store: local.as_ref().map(|l| &l.controller.store),
-            metrics: local.as_ref().map(|l| &*l.controller.metrics),
-        };
-        anyhow::Ok(regress::run_suite(&mut client, history, &file_name, &text, &tag).await)
+        // The embedded controller's store is in this process; a remote one keeps the history
+        // through its API.
+        anyhow::Ok(match &local {
+            Some(l) => {
+                let metrics = Some(&*l.controller.metrics);
+                let mut store = StoreHistory::new(&l.controller.store, metrics);
+                regress::run_suite(&mut client, &mut store, &file_name, &text, &tag).await
+            }
+            None => {
+                let mut remote = RemoteHistory::new(client.clone());
+                regress::run_suite(&mut client, &mut remote, &file_name, &text, &tag).await
+            }
+        })
     }
     .await;
     if let Some(l) = local {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use fleetbench_controller::tuning::{self, TuneError};
+use fleetbench_rounds::tuning::{self, TuneError};
 use fleetbench_spec::search::Objective;
 
 use super::jobs::{ControllerArgs, connect};

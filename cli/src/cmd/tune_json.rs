@@ -1,8 +1,8 @@
 //! `fleetbench tune --json`: a search's outcome as one JSON document (the same figures as the
 //! table and `tuning.txt`), for scripts that pick the winning flags.
 
-use fleetbench_controller::tuning::saturation::SaturationOutcome;
-use fleetbench_controller::tuning::search::{Fate, TuneOutcome};
+use fleetbench_rounds::tuning::saturation::SaturationOutcome;
+use fleetbench_rounds::tuning::search::{Fate, TuneOutcome};
 use serde_json::{Value, json};
 
 /// A search with any objective but saturation.

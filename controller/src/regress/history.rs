@@ -1,46 +1,51 @@
-//! A suite's history: where its runs are kept and how a baseline is found in them.
-//!
-//! The history lives in the controller's store. A process that holds that store (an embedded
-//! controller, the controller's own scheduled suites) reads and writes it directly; any other
-//! (`fleetbench regress --controller URL`) goes through the controller's `RecordSuiteRun` and
-//! `ListSuiteRuns`, so a remote controller keeps the history and `last-passing` works there too.
+//! The suite history in the controller's store: what the controller's scheduled suites and an
+//! embedded controller's `fleetbench regress` keep their runs in, exporting each run's checks
+//! as the regression dashboard's metrics. A remote client keeps its runs here too, through the
+//! API (`RecordSuiteRun`, which exports with [`export_checks`]).
 
-use fleetbench_proto::controllerpb::{self, JobState, SuiteCheck};
+use fleetbench_proto::controllerpb;
+use fleetbench_rounds::regress::history::checks;
+use fleetbench_rounds::regress::{History, RegressError, SuiteRun};
+use fleetbench_verdicts::regress::Verdict;
 
-use super::{Fleet, FleetError, RegressError};
 use crate::metrics::Metrics;
-use crate::store::{Store, SuiteRun};
-use fleetbench_spec::suite::Baseline;
-use fleetbench_verdicts::regress::{PastRun, Status, Verdict, group};
+use crate::store::Store;
 
-/// The checks of a run as the API carries them (for the controller's regression metrics).
-pub fn checks(verdicts: &[Verdict]) -> Vec<SuiteCheck> {
-    let mean = |xs: &[f64]| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
-    verdicts
-        .iter()
-        .map(|v| SuiteCheck {
-            level: v.key(),
-            metric: v.metric.name().to_string(),
-            regressed: v.status == Status::Regressed,
-            current: mean(&v.current),
-            baseline: mean(&v.baseline),
-            change_points: v
-                .trend
-                .change_points
-                .iter()
-                .map(|p| controllerpb::SuiteChangePoint {
-                    job_id: p.job_id.clone(),
-                    created_unix_ms: p.created_unix_ms,
-                    relative: p.relative,
-                    p: p.p,
-                })
-                .collect(),
-        })
-        .collect()
+/// A suite's history in this process's store; with `metrics`, every recorded run's checks are
+/// exported.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreHistory<'a> {
+    store: &'a Store,
+    metrics: Option<&'a Metrics>,
+}
+
+impl<'a> StoreHistory<'a> {
+    pub fn new(store: &'a Store, metrics: Option<&'a Metrics>) -> Self {
+        StoreHistory { store, metrics }
+    }
+}
+
+fn store_error(e: crate::store::StoreError) -> RegressError {
+    RegressError::History(Box::new(e))
+}
+
+impl History for StoreHistory<'_> {
+    async fn runs(&mut self, suite: &str) -> Result<Option<Vec<SuiteRun>>, RegressError> {
+        Ok(Some(
+            self.store.suite_runs(suite).await.map_err(store_error)?,
+        ))
+    }
+
+    async fn record(&mut self, run: &SuiteRun, verdicts: &[Verdict]) -> Result<(), RegressError> {
+        if let Some(m) = self.metrics {
+            export(m, &run.suite, &run.job_id, verdicts);
+        }
+        self.store.put_suite_run(run).await.map_err(store_error)
+    }
 }
 
 /// Exports a suite run's verdicts as the regression dashboard's metrics.
-pub fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Verdict]) {
+pub(crate) fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Verdict]) {
     let run = controllerpb::SuiteRun {
         suite: suite_name.to_string(),
         job_id: job_id.to_string(),
@@ -51,7 +56,7 @@ pub fn export(metrics: &Metrics, suite_name: &str, job_id: &str, verdicts: &[Ver
 }
 
 /// Exports a run's checks: the verdict per check, and both sides' means where both exist.
-pub fn export_checks(metrics: &Metrics, run: &controllerpb::SuiteRun) {
+pub(crate) fn export_checks(metrics: &Metrics, run: &controllerpb::SuiteRun) {
     for c in &run.checks {
         metrics.regression_verdict(&run.suite, &c.metric, &c.level, c.regressed);
         if let (Some(cur), Some(base)) = (c.current, c.baseline) {
@@ -70,139 +75,6 @@ pub fn export_checks(metrics: &Metrics, run: &controllerpb::SuiteRun) {
                 (p.job_id.as_str(), p.created_unix_ms)
             };
             metrics.regression_change_point(&run.suite, &c.metric, &c.level, job, p.relative, at);
-        }
-    }
-}
-
-/// Whether a controller answered that it has no such call (a version before the history).
-fn unimplemented(e: &FleetError) -> bool {
-    matches!(e, FleetError::Rpc { status, .. } if status.code() == tonic::Code::Unimplemented)
-}
-
-/// The runs of a suite, newest first; None when the controller keeps no history (older).
-async fn runs<F: Fleet>(
-    fleet: &mut F,
-    store: Option<&Store>,
-    suite: &str,
-) -> Result<Option<Vec<SuiteRun>>, RegressError> {
-    match store {
-        Some(s) => Ok(Some(s.suite_runs(suite).await?)),
-        None => match fleet.suite_runs(suite).await {
-            Ok(r) => Ok(Some(r)),
-            Err(e) if unimplemented(&e) => Ok(None),
-            Err(e) => Err(e.into()),
-        },
-    }
-}
-
-/// The job a suite run is compared with. A tag must exist; "last passing" is None on the
-/// first run.
-pub(crate) async fn find_baseline<F: Fleet>(
-    fleet: &mut F,
-    store: Option<&Store>,
-    suite: &str,
-    baseline: &Baseline,
-) -> Result<Option<String>, RegressError> {
-    let history = runs(fleet, store, suite).await?;
-    match baseline {
-        Baseline::Tag(tag) => {
-            if let Some(r) = history.iter().flatten().find(|r| &r.tag == tag) {
-                return Ok(Some(r.job_id.clone()));
-            }
-            if store.is_some() {
-                return Err(RegressError::NoBaseline(format!(
-                    "tag:{tag}: no run of suite {suite:?} has this tag (mark one with `fleetbench regress --tag {tag}`)"
-                )));
-            }
-            // A remote controller: a run tagged before it kept the history (or by an older
-            // one) is still a job of the suite with the tag.
-            let jobs = fleet.jobs().await?;
-            jobs.iter()
-                .find(|j| &j.tag == tag && j.name == suite && j.state == JobState::Succeeded as i32)
-                .map(|j| Some(j.id.clone()))
-                .ok_or_else(|| {
-                    RegressError::NoBaseline(format!(
-                        "tag:{tag}: no run of suite {suite:?} has this tag (mark one with `fleetbench regress --tag {tag}`)"
-                    ))
-                })
-        }
-        Baseline::First => match history {
-            // Newest first: the last element is the first run.
-            Some(runs) => Ok(runs.into_iter().last().map(|r| r.job_id)),
-            None => Err(RegressError::NoBaseline(
-                "first: this controller keeps no suite history (a version without \
-                 ListSuiteRuns); upgrade it, or name a baseline with baseline = \"tag:NAME\""
-                    .into(),
-            )),
-        },
-        Baseline::LastPassing => match history {
-            Some(runs) => Ok(runs.into_iter().find(|r| r.passed).map(|r| r.job_id)),
-            None => Err(RegressError::NoBaseline(
-                "last-passing: this controller keeps no suite history (a version without \
-                 ListSuiteRuns); upgrade it, or name a baseline with baseline = \"tag:NAME\""
-                    .into(),
-            )),
-        },
-    }
-}
-
-/// The most stored runs the trend analysis reads (the newest).
-pub const HISTORY_RUNS: usize = 100;
-
-/// The suite's stored runs with their results, oldest first (at most [`HISTORY_RUNS`], the
-/// newest). A run whose job's results are gone is left out; a controller without a history
-/// gives none.
-pub(crate) async fn past_runs<F: Fleet>(
-    fleet: &mut F,
-    store: Option<&Store>,
-    suite: &str,
-) -> Result<Vec<PastRun>, RegressError> {
-    let Some(mut runs) = runs(fleet, store, suite).await? else {
-        return Ok(Vec::new());
-    };
-    runs.truncate(HISTORY_RUNS);
-    runs.reverse();
-    let mut out = Vec::with_capacity(runs.len());
-    for r in runs {
-        match fleet.results(std::slice::from_ref(&r.job_id)).await {
-            Ok(res) => out.push(PastRun {
-                job_id: r.job_id,
-                created_unix_ms: r.created_unix_ms,
-                levels: group(&res.levels),
-            }),
-            Err(e) => {
-                tracing::warn!(suite, job = %r.job_id, error = %e, "a stored suite run's results cannot be read; left out of the trend");
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Keeps a finished run in the history: in the store when this process holds it, else on the
-/// controller (which also exports the checks as its metrics).
-pub(crate) async fn record<F: Fleet>(
-    fleet: &mut F,
-    store: Option<&Store>,
-    run: &SuiteRun,
-    verdicts: &[Verdict],
-) -> Result<(), RegressError> {
-    match store {
-        Some(s) => Ok(s.put_suite_run(run).await?),
-        None => {
-            let mut pb = controllerpb::SuiteRun::from(run);
-            pb.checks = checks(verdicts);
-            match fleet.record_suite_run(pb).await {
-                Ok(()) => Ok(()),
-                Err(e) if unimplemented(&e) => {
-                    tracing::warn!(
-                        suite = %run.suite,
-                        job = %run.job_id,
-                        "the controller keeps no suite history (RecordSuiteRun unimplemented): this run is not recorded"
-                    );
-                    Ok(())
-                }
-                Err(e) => Err(e.into()),
-            }
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Scheduled suites: the controller runs regression suites named in its config on a cron
 //! schedule (`[[suites]] path = "...", cron = "0 3 * * *"`), keeps their history in its store
-//! and exports their verdicts, exactly as `fleetbench regress` against its store would.
+//! and exports their verdicts, exactly as `fleetbench regress` against its store would: the
+//! suite itself runs in `fleetbench_rounds::regress::run_suite`, with the controller's own
+//! scheduler as its [`Fleet`].
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -8,14 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use croner::Cron;
-use fleetbench_proto::controllerpb::{GetResultsResponse, Job, JobKind, SuiteRun as SuiteRunPb};
+use fleetbench_proto::controllerpb::{GetResultsResponse, Job, JobKind};
+use fleetbench_rounds::fleet::{Fleet, FleetError, finished};
+use fleetbench_rounds::regress::run_suite;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{Fleet, FleetError, History, run_suite};
+use super::StoreHistory;
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
-use crate::store::SuiteRun;
 use fleetbench_spec::SpecError;
 
 /// A suite the controller runs on a schedule.
@@ -92,11 +95,8 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        let history = History {
-            store: Some(scheduler.store()),
-            metrics: Some(&metrics),
-        };
-        let run = run_suite(&mut fleet, history, &name, &text, &s.tag);
+        let mut history = StoreHistory::new(scheduler.store(), Some(&metrics));
+        let run = run_suite(&mut fleet, &mut history, &name, &text, &s.tag);
         let outcome = tokio::select! {
             o = run => o,
             _ = shutdown.cancelled() => return,
@@ -148,7 +148,7 @@ impl Fleet for Scheduler {
                 .await
                 .map_err(local)?
                 .ok_or_else(|| local(format!("no job {job_id}")))?;
-            if super::fleet::finished(&job) {
+            if finished(&job) {
                 return Ok(job);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -167,22 +167,5 @@ impl Fleet for Scheduler {
             out.levels.extend(store.levels(id).await.map_err(local)?);
         }
         Ok(out)
-    }
-
-    async fn jobs(&mut self) -> Result<Vec<Job>, FleetError> {
-        self.store().list_jobs(1000).await.map_err(local)
-    }
-
-    async fn record_suite_run(&mut self, run: SuiteRunPb) -> Result<(), FleetError> {
-        self.store()
-            .put_suite_run(&(&run).into())
-            .await
-            .map_err(local)?;
-        super::history::export_checks(self.metrics(), &run);
-        Ok(())
-    }
-
-    async fn suite_runs(&mut self, suite: &str) -> Result<Vec<SuiteRun>, FleetError> {
-        self.store().suite_runs(suite).await.map_err(local)
     }
 }

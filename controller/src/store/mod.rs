@@ -57,7 +57,6 @@ pub fn postgres_session() -> String {
 /// See [`postgres_session`].
 pub const IDLE_IN_TRANSACTION_S: u32 = 5;
 pub use retry::{ErrorClass, RetryPolicy};
-pub use suites::SuiteRun;
 
 /// Errors of the store. Each names what was being done.
 #[derive(Debug, thiserror::Error)]

@@ -122,7 +122,7 @@ metrics = [
 /// candidate's over them (what the agent would start).
 pub fn sim_argv(
     spec: &fleetbench_spec::JobSpec,
-    c: &fleetbench_controller::tuning::space::Candidate,
+    c: &fleetbench_rounds::tuning::space::Candidate,
 ) -> Vec<String> {
     use fleetbench_spec::search::SWITCH_ON;
     let mut flags: std::collections::BTreeMap<String, Option<String>> = spec.configs[0]
@@ -154,7 +154,7 @@ pub fn sim_argv(
 /// The simulator's model of a candidate; None when it does not start (memory).
 pub fn model_params(
     spec: &fleetbench_spec::JobSpec,
-    c: &fleetbench_controller::tuning::space::Candidate,
+    c: &fleetbench_rounds::tuning::space::Candidate,
 ) -> Option<fleetbench_sim::ModelParams> {
     let args = fleetbench_sim::parse_args(&sim_argv(spec, c)).ok()?;
     fleetbench_sim::ModelParams::from_args(&args).ok()
@@ -175,7 +175,7 @@ pub fn model_best(
     let Bound::Requests(n) = spec.load.bound else {
         panic!("requests bound")
     };
-    fleetbench_controller::tuning::space::candidates(spec, search)
+    fleetbench_rounds::tuning::space::candidates(spec, search)
         .iter()
         .filter_map(|c| {
             let p = model_params(spec, c)?;

@@ -289,8 +289,16 @@ fn b_fails_at_64(results: &mut GetResultsResponse, failed: u64) {
 fn a_config_above_the_error_budget_cannot_win_and_the_verdict_says_why() {
     let mut results = ab_story();
     b_fails_at_64(&mut results, 5);
-    // No spec stored: the default budget, 1%.
-    let g = &compare(&results).groups[1];
+    // No spec stored: the default budget, 1%, and the notes say it was assumed.
+    let cmp = compare(&results);
+    assert_eq!(
+        cmp.notes,
+        [
+            "job job1 is not among the results, so neither is its spec: max_error_rate 1% \
+          assumed and its levels tested as two samples"
+        ]
+    );
+    let g = &cmp.groups[1];
     assert_eq!(g.winner_config, "a", "b errs 5% > 1%: {g:?}");
     let b = g.configs.iter().find(|c| c.config_name == "b").unwrap();
     assert!(
@@ -314,10 +322,29 @@ fn a_config_above_the_error_budget_cannot_win_and_the_verdict_says_why() {
     let g = &compare(&results).groups[1];
     assert_eq!(g.winner_config, "b");
     assert!(g.margin_significant && g.configs[1].excluded_reason.is_empty());
+    assert!(
+        !compare(&results)
+            .notes
+            .iter()
+            .any(|n| n.contains("max_error_rate")),
+        "a spec that reads assumes nothing"
+    );
     // And one that allows none shuts out any failure at all.
     results.jobs[0] = job_with_slo("job1", "{ max_error_rate = 0.0 }");
     b_fails_at_64(&mut results, 1);
     assert_eq!(compare(&results).groups[1].winner_config, "a");
+    // A stored spec this version cannot read (an older version's row): 1% again, and a note
+    // naming the job and the first problem.
+    results.jobs[0].spec_toml = "name = ".into();
+    b_fails_at_64(&mut results, 5);
+    let cmp = compare(&results);
+    assert_eq!(cmp.groups[1].winner_config, "a", "b errs 5% > 1%");
+    assert!(
+        matches!(cmp.notes.as_slice(), [n] if n.starts_with("the spec of job job1 could not be read (")
+            && n.ends_with("): max_error_rate 1% assumed and its levels tested as two samples")),
+        "{:?}",
+        cmp.notes
+    );
 }
 
 #[test]

@@ -1,5 +1,8 @@
 //! Tuning searches over engine flags (`[search]` in a job spec; docs/tuning.md).
 //!
+//! `fleetbench tune` runs a search in the CLI's process: each round is an ordinary job on the
+//! controller (through [`Fleet`](crate::Fleet)), and the scores and decisions are made here.
+//!
 //! - [`space`]: candidates from the space (grid, constraints, random draw) and the job spec
 //!   of a round.
 //! - [`score`]: a candidate's objective under the SLO, Pareto front, engine-minutes.
@@ -15,7 +18,7 @@ pub mod score;
 pub mod search;
 pub mod space;
 
-use crate::regress::FleetError;
+use crate::fleet::FleetError;
 use fleetbench_spec::search::{SearchSpec, parse_search};
 use fleetbench_spec::{JobSpec, SpecError};
 

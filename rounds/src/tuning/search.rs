@@ -18,7 +18,7 @@ use fleetbench_proto::controllerpb::JobKind;
 use super::score::{self, Measured, Point};
 use super::space::{self, Candidate, Round};
 use super::{TuneError, hosts, parse};
-use crate::regress::Fleet;
+use crate::fleet::Fleet;
 use fleetbench_spec::search::{Objective, SearchSpec, Strategy};
 
 /// Finalists re-measured in the confirmation round.

@@ -1,7 +1,7 @@
 //! `[search]` validation: every problem located as file:line: field: message, and the space
 //! (lists, ranges, switches, constraints) expanded into candidates.
 
-use fleetbench_controller::tuning::space;
+use fleetbench_rounds::tuning::space;
 use fleetbench_spec::search::{Objective, SWITCH_ON, Strategy, parse_search};
 
 const HEAD: &str = r#"name = "t"

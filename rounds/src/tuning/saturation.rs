@@ -10,7 +10,7 @@ use fleetbench_proto::controllerpb::JobKind;
 use super::score;
 use super::space::{self, Candidate, Round};
 use super::{TuneError, parse};
-use crate::regress::Fleet;
+use crate::fleet::Fleet;
 use fleetbench_spec::Levels;
 use fleetbench_spec::search::{Objective, Saturation};
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::TuneError;
 use super::score::HostGpus;
-use crate::regress::{Fleet, FleetError};
+use crate::fleet::{Fleet, FleetError};
 use fleetbench_spec::HostSelector;
 use fleetbench_spec::search::Objective;
 

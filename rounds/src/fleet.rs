@@ -1,18 +1,20 @@
 //! What tuning searches and regression suites need of a controller: submit a job, wait for
 //! it, read its results. Both run their work as ordinary jobs through the scheduler, so they
 //! get its parallelism over hosts, crash handling and stored results for free.
+//!
+//! The CLI's fleet is a gRPC client of the controller (implemented here); the controller's own
+//! scheduled suites use its scheduler (implemented in the controller). Where a suite's runs are
+//! kept is not the fleet's business but the [`History`](crate::regress::History)'s.
 
 use std::future::Future;
 use std::time::Duration;
 
 use fleetbench_proto::controllerpb::controller_client::ControllerClient;
 use fleetbench_proto::controllerpb::{
-    self, AgentHealth, AgentInfo, GetJobRequest, GetResultsRequest, GetResultsResponse, Job,
-    JobKind, JobState, ListAgentsRequest, ListJobsRequest, ListSuiteRunsRequest,
-    RecordSuiteRunRequest, SubmitJobRequest,
+    AgentHealth, AgentInfo, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobKind,
+    JobState, ListAgentsRequest, SubmitJobRequest,
 };
 
-use crate::store::SuiteRun;
 use fleetbench_spec::SpecError;
 
 /// Errors talking to the controller.
@@ -49,18 +51,6 @@ pub trait Fleet: Send {
         &mut self,
         job_ids: &[String],
     ) -> impl Future<Output = Result<GetResultsResponse, FleetError>> + Send;
-    /// Recent jobs, newest first.
-    fn jobs(&mut self) -> impl Future<Output = Result<Vec<Job>, FleetError>> + Send;
-    /// Keeps a suite run in the controller's suite history.
-    fn record_suite_run(
-        &mut self,
-        run: controllerpb::SuiteRun,
-    ) -> impl Future<Output = Result<(), FleetError>> + Send;
-    /// A suite's runs in the controller's suite history, newest first.
-    fn suite_runs(
-        &mut self,
-        suite: &str,
-    ) -> impl Future<Output = Result<Vec<SuiteRun>, FleetError>> + Send;
     /// The controller's agents with their facts (GPUs); empty when unknown.
     fn agents(&mut self) -> impl Future<Output = Result<Vec<AgentInfo>, FleetError>> + Send {
         async { Ok(Vec::new()) }
@@ -78,7 +68,7 @@ pub fn finished(job: &Job) -> bool {
         || job.state == JobState::Cancelled as i32
 }
 
-fn rpc(call: &'static str) -> impl FnOnce(tonic::Status) -> FleetError {
+pub(crate) fn rpc(call: &'static str) -> impl FnOnce(tonic::Status) -> FleetError {
     move |status| FleetError::Rpc { call, status }
 }
 
@@ -167,37 +157,5 @@ where
                 })
                 .count(),
         )
-    }
-
-    async fn record_suite_run(&mut self, run: controllerpb::SuiteRun) -> Result<(), FleetError> {
-        self.record_suite_run(RecordSuiteRunRequest { run: Some(run) })
-            .await
-            .map_err(rpc("RecordSuiteRun"))?;
-        Ok(())
-    }
-
-    async fn suite_runs(&mut self, suite: &str) -> Result<Vec<SuiteRun>, FleetError> {
-        let runs = self
-            .list_suite_runs(ListSuiteRunsRequest {
-                suite: suite.to_string(),
-                limit: 0,
-            })
-            .await
-            .map_err(rpc("ListSuiteRuns"))?
-            .into_inner()
-            .runs;
-        Ok(runs.iter().map(SuiteRun::from).collect())
-    }
-
-    async fn jobs(&mut self) -> Result<Vec<Job>, FleetError> {
-        Ok(self
-            .list_jobs(ListJobsRequest {
-                limit: 1000,
-                ..Default::default()
-            })
-            .await
-            .map_err(rpc("ListJobs"))?
-            .into_inner()
-            .jobs)
     }
 }
