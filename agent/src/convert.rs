@@ -175,6 +175,13 @@ pub fn bench_config(
             path: roots
                 .check(&t.path)
                 .map_err(|m| bad("workload.trace.path", m))?,
+            // 0: the defaults, as recorded.
+            block_tokens: if t.block_tokens == 0 {
+                512
+            } else {
+                t.block_tokens
+            },
+            speedup: if t.speedup == 0.0 { 1.0 } else { t.speedup },
         },
     };
     if req.levels.is_empty() {
