@@ -394,6 +394,36 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_takes_its_options_or_their_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let file = dir.join("trace.jsonl");
+        std::fs::write(&file, "{}\n").unwrap();
+        let roots = crate::allow::DatasetRoots(vec![dir.clone()]);
+        let with = |block_tokens, speedup| {
+            let mut r = req();
+            r.workload.as_mut().unwrap().dataset =
+                Some(agentpb::workload::Dataset::Trace(agentpb::TraceDataset {
+                    path: file.display().to_string(),
+                    block_tokens,
+                    speedup,
+                }));
+            bench_config(&r, "http://x", &roots)
+        };
+        let trace = |block_tokens, speedup| lg::DatasetSpec::Trace {
+            path: file.clone(),
+            block_tokens,
+            speedup,
+        };
+        assert_eq!(with(0, 0.0).unwrap().dataset, trace(512, 1.0));
+        assert_eq!(with(16, 2.5).unwrap().dataset, trace(16, 2.5));
+        let err = with(8, 1.0).unwrap_err();
+        assert_eq!(err.field, "dataset.trace_block_tokens", "{err}");
+        let err = with(16, 500.0).unwrap_err();
+        assert_eq!(err.field, "dataset.trace_speedup", "{err}");
+    }
+
+    #[test]
     fn bad_fields_are_named() {
         let mut r = req();
         r.levels[0].concurrency = Some(0);
