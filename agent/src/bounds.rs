@@ -191,7 +191,32 @@ pub fn check_benchmark(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRe
             name_len("workload.jsonl.path", &j.path)?;
             tokens("workload.jsonl.output_len", j.output_len, true)?;
         }
-        Some(Dataset::Trace(t)) => name_len("workload.trace.path", &t.path)?,
+        Some(Dataset::Trace(t)) => {
+            name_len("workload.trace.path", &t.path)?;
+            // 0 asks for the defaults (512 tokens a block, recorded speed).
+            if t.block_tokens != 0 {
+                at(
+                    "workload.trace.block_tokens",
+                    check_u32(t.block_tokens, lim::TRACE_BLOCK_TOKENS),
+                )?;
+            }
+            if t.speedup != 0.0 {
+                at(
+                    "workload.trace.speedup",
+                    check_f64(t.speedup, lim::TRACE_SPEEDUP),
+                )?;
+            }
+            if let Some(i) = req.levels.iter().position(|l| l.request_rate.is_some()) {
+                at(
+                    format!("levels[{i}].request_rate"),
+                    Err(
+                        "a trace sends at its own timestamps (speedup scales them); a level's \
+                         concurrency caps it, a request rate is not offered"
+                            .into(),
+                    ),
+                )?;
+            }
+        }
         Some(Dataset::Conversation(c)) => {
             at(
                 "workload.conversation.turns",

@@ -175,6 +175,13 @@ pub fn bench_config(
             path: roots
                 .check(&t.path)
                 .map_err(|m| bad("workload.trace.path", m))?,
+            // 0: the defaults, as recorded.
+            block_tokens: if t.block_tokens == 0 {
+                512
+            } else {
+                t.block_tokens
+            },
+            speedup: if t.speedup == 0.0 { 1.0 } else { t.speedup },
         },
     };
     if req.levels.is_empty() {
@@ -384,6 +391,36 @@ mod tests {
         assert_eq!(cfg.bound, lg::Bound::Requests(20));
         assert_eq!(cfg.warmup, 2);
         assert_eq!(cfg.seed, 7);
+    }
+
+    #[test]
+    fn a_trace_takes_its_options_or_their_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let file = dir.join("trace.jsonl");
+        std::fs::write(&file, "{}\n").unwrap();
+        let roots = crate::allow::DatasetRoots(vec![dir.clone()]);
+        let with = |block_tokens, speedup| {
+            let mut r = req();
+            r.workload.as_mut().unwrap().dataset =
+                Some(agentpb::workload::Dataset::Trace(agentpb::TraceDataset {
+                    path: file.display().to_string(),
+                    block_tokens,
+                    speedup,
+                }));
+            bench_config(&r, "http://x", &roots)
+        };
+        let trace = |block_tokens, speedup| lg::DatasetSpec::Trace {
+            path: file.clone(),
+            block_tokens,
+            speedup,
+        };
+        assert_eq!(with(0, 0.0).unwrap().dataset, trace(512, 1.0));
+        assert_eq!(with(16, 2.5).unwrap().dataset, trace(16, 2.5));
+        let err = with(8, 1.0).unwrap_err();
+        assert_eq!(err.field, "dataset.trace_block_tokens", "{err}");
+        let err = with(16, 500.0).unwrap_err();
+        assert_eq!(err.field, "dataset.trace_speedup", "{err}");
     }
 
     #[test]

@@ -255,7 +255,10 @@ async fn a_dataset_path_outside_the_roots_is_refused() {
             &["workload.jsonl.path", "outside the dataset roots"][..],
         ),
         (
-            agentpb::workload::Dataset::Trace(agentpb::TraceDataset { path: dotdot }),
+            agentpb::workload::Dataset::Trace(agentpb::TraceDataset {
+                path: dotdot,
+                ..Default::default()
+            }),
             &["workload.trace.path", "'..'"][..],
         ),
         (

@@ -70,9 +70,16 @@ pub enum DatasetSpec {
     /// One prompt per line: a JSON string, or an object with `prompt` (or `text`) and an optional
     /// `output_len`.
     Jsonl { path: PathBuf, output_len: u32 },
-    /// Timestamped trace replay: one object per line with `timestamp` (ms from the start),
-    /// `input_length` or `prompt`, and `output_length`.
-    Trace { path: PathBuf },
+    /// Timestamped trace replay in the Mooncake JSONL format (`dataset::mooncake`): one object
+    /// per line with `timestamp` (ms from the start), `output_length`, and `hash_ids` (the
+    /// prompt's 512-token blocks) with `input_length`, or `input_length` alone, or a `prompt`.
+    /// Each block is sent as `block_tokens` tokens (512: as recorded); the requests go out at
+    /// their timestamps divided by `speedup`. A level's concurrency caps requests in flight.
+    Trace {
+        path: PathBuf,
+        block_tokens: u32,
+        speedup: f64,
+    },
     /// Multi-turn sessions (`dataset::conversation`): each of `turns` requests sends the
     /// session's history (earlier prompts and fixed answers of `output_len` tokens) plus a new
     /// user message of `input_len` tokens, after `think_time_ms` in which the session keeps its
@@ -320,6 +327,22 @@ impl BenchConfig {
                         &format!("levels[{i}]"),
                         "a conversation workload runs at a concurrency (one stream per \
                          session); a request rate is not offered"
+                            .into(),
+                    );
+                }
+            }
+            DatasetSpec::Trace {
+                block_tokens,
+                speedup,
+                ..
+            } => {
+                crate::dataset::mooncake::validate(*block_tokens, *speedup)
+                    .or_else(|(field, m)| bad(&format!("dataset.{field}"), m))?;
+                if let Some(i) = self.levels.iter().position(|l| l.request_rate.is_some()) {
+                    return bad(
+                        &format!("levels[{i}]"),
+                        "a trace sends at its own timestamps (trace_speedup scales them); a \
+                         level's concurrency caps it, a request rate is not offered"
                             .into(),
                     );
                 }

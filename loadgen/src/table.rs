@@ -92,6 +92,19 @@ pub fn level_block(model: &str, r: &LevelReport) -> String {
     );
     line(&mut out, "Total input tokens:", r.input_tokens);
     line(&mut out, "Total generated tokens:", r.output_tokens);
+    // Conversations and traces state the reuse they design (random prompts state none).
+    if let Some(d) = r.designed_reuse.filter(|d| *d > 0.0) {
+        line(
+            &mut out,
+            "Designed prefix reuse:",
+            format!(
+                "{:.1}% ({} of {} prompt tokens)",
+                d * 100.0,
+                r.reusable_tokens_all,
+                r.prompt_tokens_all
+            ),
+        );
+    }
     line(
         &mut out,
         "Request throughput (req/s):",
@@ -174,4 +187,26 @@ pub fn summary(levels: &[LevelReport]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_level_block_states_designed_reuse_where_there_is_some() {
+        let mut r = LevelReport {
+            designed_reuse: Some(0.0),
+            ..Default::default()
+        };
+        assert!(!level_block("m", &r).contains("Designed prefix reuse"));
+        r.designed_reuse = Some(0.625);
+        r.reusable_tokens_all = 50;
+        r.prompt_tokens_all = 80;
+        assert!(
+            level_block("m", &r).contains("62.5% (50 of 80 prompt tokens)"),
+            "{}",
+            level_block("m", &r)
+        );
+    }
 }

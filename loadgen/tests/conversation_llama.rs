@@ -8,26 +8,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use fleetbench_loadgen::{Api, BenchConfig, Bound, DatasetSpec, Level, LevelReport, Runner};
 use fleetbench_testkit::servers::LlamaServer;
 use tokio_util::sync::CancellationToken;
-
-/// A counter of llama-server's `/metrics`.
-fn metric(url: &str, name: &str) -> f64 {
-    let addr = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).expect("connect for /metrics");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .expect("send /metrics");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).expect("read /metrics");
-    buf.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{buf}"))
-}
 
 /// Runs every level; returns each level's report with the server's measured reuse.
 async fn sweep(
@@ -50,11 +35,11 @@ async fn sweep(
     assert_eq!(runner.shaping().inexact, 0);
     let mut out = Vec::new();
     for (i, level) in levels.iter().enumerate() {
-        let before = metric(&url, "llamacpp:prompt_tokens_total");
+        let before = llama.metric("llamacpp:prompt_tokens_total");
         let r = runner
             .run_level(i, level, None, CancellationToken::new())
             .await;
-        let evaluated = metric(&url, "llamacpp:prompt_tokens_total") - before;
+        let evaluated = llama.metric("llamacpp:prompt_tokens_total") - before;
         assert_eq!(
             (r.completed, r.failed),
             (u64::from(requests), 0),

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use fleetbench_testkit::servers::LlamaServer;
@@ -22,20 +21,6 @@ fn start_llama() -> (Llama, String) {
     let server = LlamaServer::start(&["--metrics"], None);
     let url = server.url();
     (server, url)
-}
-
-/// A counter of llama-server's `/metrics`.
-fn metric(url: &str, name: &str) -> f64 {
-    let addr = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).expect("connect for /metrics");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .expect("send /metrics");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).expect("read /metrics");
-    buf.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{buf}"))
 }
 
 /// What a failed level shows: the failed requests (sent, first byte, tokens, error) and the
@@ -126,7 +111,7 @@ async fn every_level_sends_prompts_the_server_has_not_cached() {
         .await
         .expect("runner");
     for (i, level) in levels.iter().enumerate() {
-        let before = metric(&url, "llamacpp:prompt_tokens_total");
+        let before = llama.metric("llamacpp:prompt_tokens_total");
         let out = runner
             .run_level_detailed(i, level, None, CancellationToken::new(), false)
             .await;
@@ -138,7 +123,7 @@ async fn every_level_sends_prompts_the_server_has_not_cached() {
             failure_story(&out, &llama)
         );
         assert_eq!(r.input_tokens, 4 * 48);
-        let evaluated = metric(&url, "llamacpp:prompt_tokens_total") - before;
+        let evaluated = llama.metric("llamacpp:prompt_tokens_total") - before;
         // A few tokens may be shared (the BOS token, a common first word); a replayed prompt
         // shares all 48.
         assert!(

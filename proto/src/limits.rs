@@ -39,6 +39,11 @@ pub const MAX_PROMPTS: u64 = 1_000_000;
 pub const TURNS: (u32, u32) = (1, 1_000);
 /// Think time between two turns of a session, ms (an hour at most).
 pub const THINK_MS: (u32, u32) = (0, 3_600_000);
+/// Tokens each 512-token block of a Mooncake trace is sent as (room for a marker, no more than
+/// recorded); the load generator's `dataset::mooncake` holds the same range.
+pub const TRACE_BLOCK_TOKENS: (u32, u32) = (16, 512);
+/// How much faster than recorded a trace may be replayed (below 1: slower).
+pub const TRACE_SPEEDUP: (f64, f64) = (0.01, 100.0);
 /// Percentiles reported per distribution.
 pub const MAX_PERCENTILES: usize = 32;
 /// Latency objectives, milliseconds.

@@ -112,6 +112,18 @@ pub(super) fn check(ctx: &mut Ctx, root: &Table<'_, '_>, spec: &JobSpec) {
                 ),
             );
         }
+        if matches!(w.dataset, Dataset::Trace { .. })
+            && matches!(spec.load.levels, Levels::RequestRate { .. })
+        {
+            c.report(
+                &[K("workloads"), I(i), K("dataset")],
+                Err(
+                    "a trace sends at its own timestamps (trace_speedup scales them): give \
+                     load.concurrency (a cap on requests in flight), not load.request_rate"
+                        .into(),
+                ),
+            );
+        }
         budget(&mut c, spec, i, &w.dataset);
     }
 }
@@ -333,7 +345,19 @@ fn dataset(c: &mut Check<'_, '_, '_, '_>, i: usize, d: &Dataset) {
             path(c, p);
             tokens(c, "output_len", *output_len, true);
         }
-        Dataset::Trace { path: p } => path(c, p),
+        Dataset::Trace {
+            path: p,
+            block_tokens,
+            speedup,
+        } => {
+            path(c, p);
+            let w = |k| [K("workloads"), I(i), K(k)];
+            c.report(
+                &w("trace_block_tokens"),
+                check_u32(*block_tokens, lim::TRACE_BLOCK_TOKENS),
+            );
+            c.report(&w("trace_speedup"), check_f64(*speedup, lim::TRACE_SPEEDUP));
+        }
         Dataset::Conversation {
             turns,
             input_len,

@@ -144,8 +144,13 @@ pub enum Dataset {
         path: String,
         output_len: u32,
     },
+    /// A Mooncake-format JSONL trace replayed at its timestamps (`dataset = "trace"`).
     Trace {
         path: String,
+        /// Tokens each of the trace's 512-token blocks is sent as (`trace_block_tokens`).
+        block_tokens: u32,
+        /// Timestamps are divided by this (`trace_speedup`).
+        speedup: f64,
     },
     /// Multi-turn sessions (`dataset = "conversation"`): each turn sends the history plus a
     /// new message; `system_prompt_len` > 0 makes them agent sessions sharing a system prompt.

@@ -157,9 +157,15 @@ impl JobSpec {
                     output_len: *output_len,
                 })
             }
-            Dataset::Trace { path } => {
-                agentpb::workload::Dataset::Trace(agentpb::TraceDataset { path: path.clone() })
-            }
+            Dataset::Trace {
+                path,
+                block_tokens,
+                speedup,
+            } => agentpb::workload::Dataset::Trace(agentpb::TraceDataset {
+                path: path.clone(),
+                block_tokens: *block_tokens,
+                speedup: *speedup,
+            }),
             Dataset::Conversation {
                 turns,
                 input_len,

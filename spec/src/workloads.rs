@@ -22,7 +22,7 @@ const DATASETS: &[(&str, &[&str])] = &[
         ],
     ),
     ("jsonl", &["path", "output_len"]),
-    ("trace", &["path"]),
+    ("trace", &["path", "trace_block_tokens", "trace_speedup"]),
     (
         "conversation",
         &[
@@ -239,6 +239,24 @@ fn dataset(ctx: &mut Ctx, t: &Table<'_, '_>, kind: &str) -> Option<Dataset> {
                 system_prompt_len: system_prompt_len?,
             })
         }
+        "trace" => {
+            let path = t.required_string(ctx, "path", "required for dataset \"trace\"");
+            let block_tokens = if t.has("trace_block_tokens") {
+                t.u32(ctx, "trace_block_tokens", 1)
+            } else {
+                Some(512)
+            };
+            let speedup = if t.has("trace_speedup") {
+                t.f64(ctx, "trace_speedup")
+            } else {
+                Some(1.0)
+            };
+            Some(Dataset::Trace {
+                path: path?,
+                block_tokens: block_tokens?,
+                speedup: speedup?,
+            })
+        }
         _ => {
             let path = t.required_string(ctx, "path", &format!("required for dataset {kind:?}"));
             let output_len = if t.has("output_len") {
@@ -249,8 +267,7 @@ fn dataset(ctx: &mut Ctx, t: &Table<'_, '_>, kind: &str) -> Option<Dataset> {
             let (path, output_len) = (path?, output_len?);
             Some(match kind {
                 "sharegpt" => Dataset::ShareGpt { path, output_len },
-                "jsonl" => Dataset::Jsonl { path, output_len },
-                _ => Dataset::Trace { path },
+                _ => Dataset::Jsonl { path, output_len },
             })
         }
     }
@@ -290,6 +307,73 @@ mod tests {
                 think_time_ms: 0,
                 system_prompt_len: 0,
             }
+        );
+    }
+
+    #[test]
+    fn trace_parses_with_defaults_and_bounds_its_options() {
+        let s = parse(
+            "t.toml",
+            &spec(
+                "dataset = \"trace\"\npath = \"/d/t.jsonl\"",
+                "concurrency = [4]",
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            s.workloads[0].dataset,
+            Dataset::Trace {
+                path: "/d/t.jsonl".into(),
+                block_tokens: 512,
+                speedup: 1.0,
+            }
+        );
+        let s = parse(
+            "t.toml",
+            &spec(
+                "dataset = \"trace\"\npath = \"/d/t.jsonl\"\ntrace_block_tokens = 16\n\
+                 trace_speedup = 2.5",
+                "concurrency = [4]",
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            s.workloads[0].dataset,
+            Dataset::Trace {
+                path: "/d/t.jsonl".into(),
+                block_tokens: 16,
+                speedup: 2.5,
+            }
+        );
+        let e = errors(&spec(
+            "dataset = \"trace\"\npath = \"/d/t.jsonl\"\ntrace_block_tokens = 8\n\
+             trace_speedup = 0.0",
+            "request_rate = [2.0]",
+        ));
+        for want in [
+            "workloads[0].trace_block_tokens",
+            "workloads[0].trace_speedup",
+            "workloads[0].dataset: a trace sends at its own timestamps",
+        ] {
+            assert!(e.iter().any(|e| e.contains(want)), "{want}: {e:?}");
+        }
+        let e = errors(&spec(
+            "dataset = \"trace\"\ntrace_speedup = \"fast\"\noutput_len = 4",
+            "concurrency = [4]",
+        ));
+        assert!(
+            e.iter().any(|e| e.contains(
+                "workloads[0].output_len: \"output_len\" is not a parameter of dataset \"trace\""
+            )),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|e| e.contains("workloads[0].path: missing")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|e| e.contains("workloads[0].trace_speedup")),
+            "{e:?}"
         );
     }
 

@@ -80,6 +80,21 @@ impl LlamaServer {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// A counter or gauge of the server's `/metrics` (it must run with `--metrics`); panics
+    /// with the page when the name is not there.
+    pub fn metric(&self, name: &str) -> f64 {
+        let mut s =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect for /metrics");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .expect("send /metrics");
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).expect("read /metrics");
+        buf.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in /metrics:\n{buf}"))
+    }
+
     /// The last 60 lines of the server's log (for assertion messages).
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -136,6 +136,13 @@ pub struct Args {
     /// Lengths drawn from [len × ratio, len]; 1 gives exact lengths.
     #[arg(long, default_value_t = 1.0)]
     pub range_ratio: f64,
+    /// Trace: tokens each of the trace's 512-token blocks (hash_ids) is sent as; fewer scale
+    /// every prompt down (16..=512).
+    #[arg(long, default_value_t = 512)]
+    pub trace_block_tokens: u32,
+    /// Trace: send the requests at their timestamps divided by this (2: twice as fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub trace_speedup: f64,
     #[arg(long, default_value_t = 8)]
     pub groups: u32,
     #[arg(long, default_value_t = 16)]

@@ -102,6 +102,8 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
         },
         DatasetKind::Trace => DatasetSpec::Trace {
             path: path("trace")?,
+            block_tokens: a.trace_block_tokens,
+            speedup: a.trace_speedup,
         },
     };
     for p in [&a.dataset_path, &a.tokenizer, &a.ca_cert]
@@ -232,6 +234,8 @@ pub(super) fn config_error(e: LoadgenError) -> anyhow::Error {
         "dataset.output_len" => "--output-len",
         "dataset.range_ratio" => "--range-ratio",
         "dataset.groups" => "--groups/--prompts-per-group",
+        "dataset.trace_block_tokens" => "--trace-block-tokens",
+        "dataset.trace_speedup" => "--trace-speedup",
         "client.headers" => "--header",
         "client.api_key" => "--api-key (or OPENAI_API_KEY)",
         "client.ca_cert" => "--ca-cert",

@@ -331,6 +331,7 @@ fn prompt(
         input_len,
         output_len: shape.output_len,
         arrival: None,
+        reusable: None,
     }
 }
 

@@ -1,7 +1,7 @@
-//! Dataset file formats. Every error names the file and, for line formats, the line.
+//! Dataset file formats (traces: `mooncake`). Every error names the file and, for line formats,
+//! the line.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -96,72 +96,6 @@ pub(super) fn jsonl(path: &Path) -> Result<Vec<(String, Option<u32>)>, LoadgenEr
     Ok(out)
 }
 
-#[derive(Deserialize)]
-struct TraceLine {
-    #[serde(alias = "timestamp_ms", alias = "arrival_ms")]
-    timestamp: f64,
-    #[serde(default, alias = "input_len")]
-    input_length: Option<u32>,
-    #[serde(alias = "output_len")]
-    output_length: u32,
-    #[serde(default)]
-    prompt: Option<String>,
-}
-
-/// One request of a trace.
-#[derive(Debug)]
-pub(super) struct TraceEntry {
-    pub at: Duration,
-    pub input_len: Option<u32>,
-    pub output_len: u32,
-    pub prompt: Option<String>,
-}
-
-/// Trace replay (Mooncake-style): `timestamp` in ms from the start, `input_length` or `prompt`,
-/// `output_length`. Sorted by time; offsets are relative to the first request.
-pub(super) fn trace(path: &Path) -> Result<Vec<TraceEntry>, LoadgenError> {
-    let mut out = Vec::new();
-    for (i, line) in read(path)?.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let l: TraceLine =
-            serde_json::from_str(line).map_err(|e| bad(path, Some(i + 1), e.to_string()))?;
-        if !(l.timestamp.is_finite() && l.timestamp >= 0.0) {
-            return Err(bad(
-                path,
-                Some(i + 1),
-                "timestamp must be a non-negative number of milliseconds",
-            ));
-        }
-        if l.prompt.is_none() && l.input_length.is_none() {
-            return Err(bad(
-                path,
-                Some(i + 1),
-                "needs \"input_length\" or \"prompt\"",
-            ));
-        }
-        if l.output_length == 0 {
-            return Err(bad(path, Some(i + 1), "output_length must be at least 1"));
-        }
-        out.push(TraceEntry {
-            at: Duration::from_secs_f64(l.timestamp / 1000.0),
-            input_len: l.input_length,
-            output_len: l.output_length,
-            prompt: l.prompt,
-        });
-    }
-    if out.is_empty() {
-        return Err(bad(path, None, "no requests"));
-    }
-    out.sort_by_key(|e| e.at);
-    let first = out[0].at;
-    for e in &mut out {
-        e.at -= first;
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,24 +122,6 @@ mod tests {
         let f = file("\"ok\"\n{\"nope\":1}\n");
         let err = jsonl(f.path()).unwrap_err().to_string();
         assert!(err.contains(":2:"), "{err}");
-    }
-
-    #[test]
-    fn trace_is_sorted_and_relative() {
-        let f = file(
-            "{\"timestamp\":1500,\"input_length\":10,\"output_length\":3}\n{\"timestamp\":1000,\"prompt\":\"x\",\"output_length\":2}\n",
-        );
-        let t = trace(f.path()).unwrap();
-        assert_eq!(t[0].at, Duration::ZERO);
-        assert_eq!(t[1].at, Duration::from_millis(500));
-        assert_eq!(t[0].prompt.as_deref(), Some("x"));
-        let f = file("{\"timestamp\":1,\"output_length\":2}\n");
-        assert!(
-            trace(f.path())
-                .unwrap_err()
-                .to_string()
-                .contains("input_length")
-        );
     }
 
     #[test]

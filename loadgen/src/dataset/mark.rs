@@ -22,7 +22,8 @@ pub(crate) const SENTINEL: char = '\u{1}';
 /// The sentinel as it appears in serialised JSON.
 const SENTINEL_JSON: &[u8] = b"\\u0001";
 
-/// What a marker identifies: the request itself, a shared-prefix group, or a file line's text.
+/// What a marker identifies: the request itself, a shared-prefix group, a file line's text, or
+/// a trace's first block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MarkKey {
     /// Unique to the request (its index in the level).
@@ -31,6 +32,8 @@ pub(crate) enum MarkKey {
     Group(u32),
     /// Shared by identical texts of a dataset file within one pass over the file.
     Text(u64),
+    /// Shared by every request of a trace whose prompt starts with this block, within the level.
+    Block(u64),
 }
 
 /// One marker slot of a prompt: how many words, and what they identify.
@@ -115,6 +118,7 @@ impl Marker {
             MarkKey::Group(g) => (2, u64::from(g)),
             // One pass over the file is `pool` requests: repeats within it share.
             MarkKey::Text(t) => (3, t ^ mix(request / pool.max(1))),
+            MarkKey::Block(id) => (4, id),
         };
         let mut h = mix(self.run ^ mix(self.level.wrapping_add(u64::from(self.warmup) << 32)));
         h = mix(h ^ kind);

@@ -5,6 +5,7 @@
 pub(crate) mod conversation;
 mod files;
 mod mark;
+pub(crate) mod mooncake;
 mod pool;
 mod shape;
 
@@ -36,6 +37,8 @@ pub(crate) struct PromptSpec {
     pub arrival: Option<Duration>,
     /// The request markers whose places [`SENTINEL`]s hold in `text`, in order.
     pub marks: Vec<MarkSlot>,
+    /// Prompt tokens the workload designs to be served from a cache (`None`: it states none).
+    pub reusable: Option<u32>,
 }
 
 /// One prompt with its request body serialised once.
@@ -48,9 +51,11 @@ pub(crate) struct Prompt {
     pub input_len: Option<u32>,
     pub output_len: u32,
     pub arrival: Option<Duration>,
+    /// Prompt tokens the workload designs to be served from a cache (`None`: it states none).
+    pub reusable: Option<u32>,
 }
 
-/// Builds `count` prompts (all lines for a trace).
+/// Builds `count` prompts (for a trace: its first `count` requests).
 /// `mark`: words of each request marker (0: prompts are sent as built, unmarked).
 pub(crate) async fn build(
     spec: &DatasetSpec,
@@ -60,7 +65,8 @@ pub(crate) async fn build(
     mark: u8,
 ) -> Result<Vec<PromptSpec>, LoadgenError> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut out = Vec::with_capacity(count);
+    // A trace bounded by time asks for all of its requests: `count` is then no size.
+    let mut out = Vec::with_capacity(count.min(1 << 16));
     match spec {
         DatasetSpec::Random {
             input_len,
@@ -82,6 +88,7 @@ pub(crate) async fn build(
                     output_len: olen,
                     arrival: None,
                     marks,
+                    reusable: Some(0),
                 });
             }
         }
@@ -113,6 +120,7 @@ pub(crate) async fn build(
                         output_len: *output_len,
                         arrival: None,
                         marks,
+                        reusable: None,
                     });
                 }
             }
@@ -151,6 +159,7 @@ pub(crate) async fn build(
                     output_len: olen,
                     arrival: None,
                     marks,
+                    reusable: None,
                 });
             }
             if out.is_empty() {
@@ -172,6 +181,7 @@ pub(crate) async fn build(
                     output_len: olen.unwrap_or(*output_len),
                     arrival: None,
                     marks,
+                    reusable: None,
                 });
             }
             cycle(&mut out, count);
@@ -181,27 +191,13 @@ pub(crate) async fn build(
                 "conversations are built by dataset::conversation::build".into(),
             ));
         }
-        DatasetSpec::Trace { path } => {
-            for entry in files::trace(path)? {
-                // A trace's own texts are replayed as they are (sharing included); prompts
-                // generated for its lengths are marked like random ones.
-                let (text, marks) = match entry.prompt {
-                    Some(t) => (t, Vec::new()),
-                    None => mark_start(
-                        shaper
-                            .prompt(entry.input_len.unwrap_or(1), &mut rng)
-                            .await?,
-                        mark,
-                    ),
-                };
-                out.push(PromptSpec {
-                    text,
-                    input_len: entry.input_len,
-                    output_len: entry.output_len,
-                    arrival: Some(entry.at),
-                    marks,
-                });
-            }
+        DatasetSpec::Trace {
+            path,
+            block_tokens,
+            speedup,
+        } => {
+            let lines = mooncake::read(path, *speedup, count)?;
+            out = mooncake::build(path, lines, *block_tokens, seed, shaper, mark, &mut rng).await?;
         }
     }
     Ok(out)
@@ -353,6 +349,7 @@ fn body_of(api: Api, model: &str, p: &PromptSpec, ignore_eos: bool) -> Prompt {
         input_len: p.input_len,
         output_len: p.output_len,
         arrival: p.arrival,
+        reusable: p.reusable,
     }
 }
 
@@ -487,6 +484,7 @@ mod tests {
             output_len: 9,
             arrival: None,
             marks: Vec::new(),
+            reusable: None,
         };
         let c: serde_json::Value =
             serde_json::from_slice(&body(Api::Completions, "m", &p, true).body).unwrap();

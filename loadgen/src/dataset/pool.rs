@@ -25,7 +25,7 @@ use crate::config::{Api, DatasetSpec};
 use crate::error::LoadgenError;
 
 /// Bytes a prompt token is counted at (as `fleetbench_proto::budget` counts it).
-const PROMPT_BYTES_PER_TOKEN: u64 = 16;
+pub(crate) const PROMPT_BYTES_PER_TOKEN: u64 = 16;
 /// A random pool estimated above this many bytes is made lazily.
 pub(crate) const LAZY_ABOVE: u64 = 64 << 20;
 
@@ -66,6 +66,7 @@ impl LazyRandom {
             output_len: olen,
             arrival: None,
             marks,
+            reusable: Some(0),
         };
         body(self.api, &self.model, &spec, self.ignore_eos)
     }
@@ -101,6 +102,23 @@ impl Pool {
         match self {
             Pool::Eager(v) => Cow::Borrowed(&v[i as usize]),
             Pool::Lazy { maker, first, .. } => Cow::Owned(maker.prompt(first + i)),
+        }
+    }
+
+    /// Prompt tokens of prompt `i` the workload designs to be served from a cache (0 where it
+    /// states none; a lazy pool is random, fresh by design).
+    pub(crate) fn reusable(&self, i: u64) -> u32 {
+        match self {
+            Pool::Eager(v) => v[i as usize].reusable.unwrap_or(0),
+            Pool::Lazy { .. } => 0,
+        }
+    }
+
+    /// Whether every prompt states the reuse it designs (a trace with its own texts does not).
+    pub(crate) fn states_reuse(&self) -> bool {
+        match self {
+            Pool::Eager(v) => v.iter().all(|p| p.reusable.is_some()),
+            Pool::Lazy { .. } => true,
         }
     }
 
@@ -160,7 +178,7 @@ pub(crate) async fn pools(
     s: &PoolSpec<'_>,
     shaper: &mut Shaper,
 ) -> Result<(Pool, Pool, bool), LoadgenError> {
-    let count = s.measured + s.warmup;
+    let count = s.measured.saturating_add(s.warmup);
     if let DatasetSpec::Random {
         input_len,
         output_len,

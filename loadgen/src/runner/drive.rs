@@ -270,7 +270,7 @@ impl Slot {
             index,
             prompt: (index % pool) as usize,
             mark: index,
-            reusable: 0,
+            reusable: sh.prompts.reusable(index % pool),
         };
         self.send(sh, req, intended, slots).await
     }

@@ -140,9 +140,11 @@ impl Runner {
         let mut shaper = Shaper::new(counter).await?;
         let words = Arc::new(shaper.words());
         let mark = words_for_64_bits(words.len());
-        let measured = match cfg.bound {
-            Bound::Requests(n) => n as usize,
-            Bound::Duration(_) => DURATION_POOL,
+        let measured = match (cfg.bound, &cfg.dataset) {
+            (Bound::Requests(n), _) => n as usize,
+            // A trace bounded by time replays every request inside it: all of them are built.
+            (Bound::Duration(_), DatasetSpec::Trace { .. }) => usize::MAX / 2,
+            (Bound::Duration(_), _) => DURATION_POOL,
         };
         let seed = cfg.seed;
         if let DatasetSpec::Conversation {
@@ -388,11 +390,13 @@ impl Runner {
                 .steady
                 .map(|w| (shared.began.get().copied().unwrap_or(start), w)),
         );
-        // Random prompts are fresh by design (markers); conversations state their reuse.
-        let designs = matches!(
-            self.cfg.dataset,
-            DatasetSpec::Random { .. } | DatasetSpec::Conversation { .. }
-        );
+        // Random prompts are fresh by design (markers); conversations and traces of blocks
+        // state their reuse (a trace with its own texts does not).
+        let designs = match self.cfg.dataset {
+            DatasetSpec::Random { .. } | DatasetSpec::Conversation { .. } => true,
+            DatasetSpec::Trace { .. } => self.prompts.states_reuse(),
+            _ => false,
+        };
         report.designed_reuse = (designs && report.prompt_tokens_all > 0)
             .then(|| report.reusable_tokens_all as f64 / report.prompt_tokens_all as f64);
         LevelOutcome {

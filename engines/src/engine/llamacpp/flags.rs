@@ -1,6 +1,6 @@
 //! llama.cpp's flag tables, from `llama-server --help` of the packaged build.
 
-use crate::flags::tables::{Row, STR, SW, any_int, choice, int};
+use crate::flags::tables::{Row, STR, SW, any_int, choice, float, int};
 
 /// The tuning flags.
 pub(crate) fn rows() -> Vec<Row> {
@@ -32,6 +32,9 @@ pub(crate) fn rows() -> Vec<Row> {
         (&["--main-gpu", "-mg"], int(0)),
         (&["--fit", "-fit"], choice(&["on", "off"])),
         (&["--cache-ram", "-cram"], int(-1)),
+        // 0 makes every request look in the host-RAM prompt cache (`--cache-ram`) for the
+        // prompt it shares most with; above 0 a slot sharing that much is used as it is.
+        (&["--slot-prompt-similarity", "-sps"], float(0.0, Some(1.0))),
         (&["--cache-prompt"], SW),
         (&["--no-cache-prompt"], SW),
         (&["--no-warmup"], SW),
