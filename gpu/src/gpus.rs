@@ -322,5 +322,4 @@ fn next_link_state(prev: LinkState, counters: SlowCounters, now: Instant) -> Lin
 }
 
 #[cfg(test)]
-#[path = "gpus_tests.rs"]
 mod tests;

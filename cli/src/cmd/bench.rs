@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use super::bench_sim::Sim;
 use super::bench_vllm;
 
-#[path = "bench_config.rs"]
 mod flags;
 pub use flags::config;
 use flags::config_error;
@@ -404,5 +403,4 @@ fn level_name(l: &Level) -> String {
 }
 
 #[cfg(test)]
-#[path = "bench_tests.rs"]
 mod tests;

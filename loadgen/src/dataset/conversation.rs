@@ -336,5 +336,4 @@ fn prompt(
 }
 
 #[cfg(test)]
-#[path = "conversation_tests.rs"]
 mod tests;

@@ -7,9 +7,7 @@
 //! fleetbench-agentctl --agent http://127.0.0.1:7443 apply --profile sim --model m --flag --max-running-requests=64
 //! ```
 
-#[path = "agentctl/args.rs"]
 mod args;
-#[path = "agentctl/print.rs"]
 mod print;
 
 use anyhow::{Context, Result, bail};
