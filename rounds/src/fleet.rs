@@ -12,7 +12,7 @@ use std::time::Duration;
 use fleetbench_proto::controllerpb::controller_client::ControllerClient;
 use fleetbench_proto::controllerpb::{
     AgentHealth, AgentInfo, GetJobRequest, GetResultsRequest, GetResultsResponse, Job, JobKind,
-    JobState, ListAgentsRequest, SubmitJobRequest,
+    JobState, ListAgentsRequest, SubmitJobRequest, SubmitJobResponse,
 };
 
 use fleetbench_spec::SpecError;
@@ -61,11 +61,16 @@ pub trait Fleet: Send {
     }
 }
 
-/// Whether a job has ended.
-pub fn finished(job: &Job) -> bool {
-    job.state == JobState::Succeeded as i32
-        || job.state == JobState::Failed as i32
-        || job.state == JobState::Cancelled as i32
+/// The job id of an accepted submission, or the spec's errors that refused it (one rule for
+/// every [`Fleet`]).
+pub fn accepted(resp: SubmitJobResponse) -> Result<String, FleetError> {
+    if resp.errors.is_empty() {
+        Ok(resp.job_id)
+    } else {
+        Err(FleetError::Refused(
+            resp.errors.iter().map(SpecError::from).collect(),
+        ))
+    }
 }
 
 pub(crate) fn rpc(call: &'static str) -> impl FnOnce(tonic::Status) -> FleetError {
@@ -98,12 +103,7 @@ where
             .await
             .map_err(rpc("SubmitJob"))?
             .into_inner();
-        if !resp.errors.is_empty() {
-            return Err(FleetError::Refused(
-                resp.errors.iter().map(SpecError::from).collect(),
-            ));
-        }
-        Ok(resp.job_id)
+        accepted(resp)
     }
 
     async fn wait(&mut self, job_id: &str) -> Result<Job, FleetError> {
@@ -115,7 +115,7 @@ where
                 .await
                 .map_err(rpc("GetJob"))?
                 .into_inner();
-            if finished(&job) {
+            if JobState::is_final_value(job.state) {
                 return Ok(job);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

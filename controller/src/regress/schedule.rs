@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use croner::Cron;
-use fleetbench_proto::controllerpb::{GetResultsResponse, Job, JobKind};
-use fleetbench_rounds::fleet::{Fleet, FleetError, finished};
+use fleetbench_proto::controllerpb::{GetResultsResponse, Job, JobKind, JobState};
+use fleetbench_rounds::fleet::{Fleet, FleetError, accepted};
 use fleetbench_rounds::regress::run_suite;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use super::StoreHistory;
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
-use fleetbench_spec::SpecError;
 
 /// A suite the controller runs on a schedule.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -132,12 +131,7 @@ impl Fleet for Scheduler {
         let resp = Scheduler::submit(self, spec_toml, file_name, false, tag, kind)
             .await
             .map_err(local)?;
-        if !resp.errors.is_empty() {
-            return Err(FleetError::Refused(
-                resp.errors.iter().map(SpecError::from).collect(),
-            ));
-        }
-        Ok(resp.job_id)
+        accepted(resp)
     }
 
     async fn wait(&mut self, job_id: &str) -> Result<Job, FleetError> {
@@ -148,7 +142,7 @@ impl Fleet for Scheduler {
                 .await
                 .map_err(local)?
                 .ok_or_else(|| local(format!("no job {job_id}")))?;
-            if finished(&job) {
+            if JobState::is_final_value(job.state) {
                 return Ok(job);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
