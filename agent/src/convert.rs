@@ -177,11 +177,15 @@ pub fn bench_config(
                 .map_err(|m| bad("workload.trace.path", m))?,
             // 0: the defaults, as recorded.
             block_tokens: if t.block_tokens == 0 {
-                512
+                fleetbench_proto::limits::TRACE_BLOCK_TOKENS_DEFAULT
             } else {
                 t.block_tokens
             },
-            speedup: if t.speedup == 0.0 { 1.0 } else { t.speedup },
+            speedup: if t.speedup == 0.0 {
+                fleetbench_proto::limits::TRACE_SPEEDUP_DEFAULT
+            } else {
+                t.speedup
+            },
         },
     };
     if req.levels.is_empty() {

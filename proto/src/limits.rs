@@ -44,6 +44,10 @@ pub const THINK_MS: (u32, u32) = (0, 3_600_000);
 pub const TRACE_BLOCK_TOKENS: (u32, u32) = (16, 512);
 /// How much faster than recorded a trace may be replayed (below 1: slower).
 pub const TRACE_SPEEDUP: (f64, f64) = (0.01, 100.0);
+/// A trace's blocks are sent as recorded (512 tokens) unless the spec says otherwise.
+pub const TRACE_BLOCK_TOKENS_DEFAULT: u32 = TRACE_BLOCK_TOKENS.1;
+/// A trace is replayed at its recorded speed unless the spec says otherwise.
+pub const TRACE_SPEEDUP_DEFAULT: f64 = 1.0;
 /// Percentiles reported per distribution.
 pub const MAX_PERCENTILES: usize = 32;
 /// Latency objectives, milliseconds.

@@ -239,24 +239,7 @@ fn dataset(ctx: &mut Ctx, t: &Table<'_, '_>, kind: &str) -> Option<Dataset> {
                 system_prompt_len: system_prompt_len?,
             })
         }
-        "trace" => {
-            let path = t.required_string(ctx, "path", "required for dataset \"trace\"");
-            let block_tokens = if t.has("trace_block_tokens") {
-                t.u32(ctx, "trace_block_tokens", 1)
-            } else {
-                Some(512)
-            };
-            let speedup = if t.has("trace_speedup") {
-                t.f64(ctx, "trace_speedup")
-            } else {
-                Some(1.0)
-            };
-            Some(Dataset::Trace {
-                path: path?,
-                block_tokens: block_tokens?,
-                speedup: speedup?,
-            })
-        }
+        "trace" => trace(ctx, t),
         _ => {
             let path = t.required_string(ctx, "path", &format!("required for dataset {kind:?}"));
             let output_len = if t.has("output_len") {
@@ -271,6 +254,28 @@ fn dataset(ctx: &mut Ctx, t: &Table<'_, '_>, kind: &str) -> Option<Dataset> {
             })
         }
     }
+}
+
+/// A Mooncake trace: its path, and how its blocks and timestamps are replayed (each option its
+/// recorded value when absent; bounds are checked with the other fields').
+fn trace(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<Dataset> {
+    use fleetbench_proto::limits::{TRACE_BLOCK_TOKENS_DEFAULT, TRACE_SPEEDUP_DEFAULT};
+    let path = t.required_string(ctx, "path", "required for dataset \"trace\"");
+    let block_tokens = if t.has("trace_block_tokens") {
+        t.u32(ctx, "trace_block_tokens", 1)
+    } else {
+        Some(TRACE_BLOCK_TOKENS_DEFAULT)
+    };
+    let speedup = if t.has("trace_speedup") {
+        t.f64(ctx, "trace_speedup")
+    } else {
+        Some(TRACE_SPEEDUP_DEFAULT)
+    };
+    Some(Dataset::Trace {
+        path: path?,
+        block_tokens: block_tokens?,
+        speedup: speedup?,
+    })
 }
 
 #[cfg(test)]
