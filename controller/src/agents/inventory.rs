@@ -268,8 +268,27 @@ impl Inventory {
         job_id: &str,
         fits: impl Fn(&HostSnapshot) -> bool,
     ) -> Option<Lease> {
+        self.acquire_all(job_id, 1, |h, _| fits(h))
+            .and_then(|mut v| v.pop())
+    }
+
+    /// Takes `n` ready hosts (the first by name that `fits`), all or none: a target that spans
+    /// hosts (client agents for one level, replicas, an engine's ranks) never holds some of
+    /// them while it waits for the rest, so two such jobs cannot each hold half of what they
+    /// need. `fits` sees each candidate with the hosts taken so far (in order), so a caller can
+    /// ask for hosts that differ from or match the first one.
+    pub fn acquire_all(
+        self: &Arc<Self>,
+        job_id: &str,
+        n: usize,
+        fits: impl Fn(&HostSnapshot, &[HostSnapshot]) -> bool,
+    ) -> Option<Vec<Lease>> {
+        if n == 0 {
+            return Some(Vec::new());
+        }
         let mut hosts = self.hosts.lock().expect("inventory lock");
-        for h in hosts.values_mut() {
+        let mut taken: Vec<HostSnapshot> = Vec::with_capacity(n);
+        for h in hosts.values() {
             if h.health() != AgentHealth::Ready {
                 continue;
             }
@@ -282,16 +301,32 @@ impl Inventory {
                 labels: h.merged_labels(),
                 health: AgentHealth::Ready,
             };
-            if fits(&snap) {
-                h.busy_job = Some(job_id.to_string());
-                return Some(Lease {
-                    host: h.name.clone(),
-                    client: h.client.clone(),
-                    inventory: self.clone(),
-                });
+            if fits(&snap, &taken) {
+                taken.push(snap);
+                if taken.len() == n {
+                    break;
+                }
             }
         }
-        None
+        if taken.len() < n {
+            return None;
+        }
+        Some(
+            taken
+                .into_iter()
+                .map(|snap| {
+                    let h = hosts
+                        .get_mut(&snap.name)
+                        .expect("host seen under this lock");
+                    h.busy_job = Some(job_id.to_string());
+                    Lease {
+                        host: h.name.clone(),
+                        client: h.client.clone(),
+                        inventory: self.clone(),
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// A client for a host, whatever its state (to stop its engine).
@@ -351,12 +386,23 @@ mod tests {
 
     /// An inventory with one ready host `h1` (no agent behind it: nothing here calls it).
     fn one_ready_host() -> Arc<Inventory> {
+        ready_hosts(&["h1"])
+    }
+
+    fn ready_hosts(names: &[&str]) -> Arc<Inventory> {
         let inv = Inventory::new(AgentConnector::new(None), Duration::from_secs(3600));
+        for name in names {
+            add_ready(&inv, name);
+        }
+        inv
+    }
+
+    fn add_ready(inv: &Inventory, name: &str) {
         let client = inv.connector.client("127.0.0.1:9").unwrap();
         inv.hosts.lock().unwrap().insert(
-            "h1".into(),
+            name.to_string(),
             Host {
-                name: "h1".into(),
+                name: name.to_string(),
                 address: "127.0.0.1:9".into(),
                 labels: BTreeMap::new(),
                 source: "config",
@@ -372,7 +418,32 @@ mod tests {
                 watched: false,
             },
         );
-        inv
+    }
+
+    #[tokio::test]
+    async fn several_hosts_are_taken_all_or_none() {
+        let inv = ready_hosts(&["h1", "h2", "h3"]);
+        let held = inv.acquire("j1", |h| h.name == "h2").unwrap();
+        // Three wanted, two free: nothing is taken, so no job holds a part of what it needs.
+        assert!(inv.acquire_all("j2", 3, |_, _| true).is_none());
+        let busy = |inv: &Inventory| {
+            inv.list()
+                .iter()
+                .filter(|a| a.health == AgentHealth::Busy as i32)
+                .count()
+        };
+        assert_eq!(busy(&inv), 1);
+        drop(held);
+        // `fits` sees the hosts taken so far: here, every host after the first must differ.
+        let all = inv
+            .acquire_all("j2", 3, |h, taken| taken.iter().all(|t| t.name != h.name))
+            .unwrap();
+        let names: Vec<&str> = all.iter().map(|l| l.host.as_str()).collect();
+        assert_eq!(names, ["h1", "h2", "h3"]);
+        assert_eq!(busy(&inv), 3);
+        drop(all);
+        assert_eq!(busy(&inv), 0);
+        assert!(inv.acquire_all("j3", 0, |_, _| true).unwrap().is_empty());
     }
 
     fn health(inv: &Inventory) -> i32 {
