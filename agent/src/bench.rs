@@ -132,6 +132,8 @@ async fn run_levels(
     let epoch = req.lease_epoch;
     let mut lease = leases.watch();
     let http = crate::http::HttpClient::new();
+    // A synchronized start applies to the first level this call measures.
+    let mut start_at = (req.start_at_unix_ms != 0).then_some(req.start_at_unix_ms);
     for (index, level) in req.levels.iter().enumerate() {
         if req.skip_levels.contains(&(index as u32)) {
             continue;
@@ -162,9 +164,18 @@ async fn run_levels(
             };
             cache_before = Some((reset, crate::cache::counters(&http, src).await));
         }
+        if let Some(at) = start_at.take()
+            && before.is_none()
+        {
+            let wait = Duration::from_millis(u64::try_from(at - now_unix_ms()).unwrap_or(0));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = tx.closed() => return,
+            }
+        }
         let started = now_unix_ms();
-        let (report, interrupt) = match before {
-            Some(i) => (fleetbench_loadgen::LevelReport::default(), Some(i)),
+        let (report, histograms, interrupt) = match before {
+            Some(i) => (fleetbench_loadgen::LevelReport::default(), None, Some(i)),
             None => {
                 let watched = Watched {
                     engine: engine.as_mut(),
@@ -182,6 +193,9 @@ async fn run_levels(
         }
         let finished = now_unix_ms();
         let mut result = convert::level_result(index, level, &report);
+        if req.histograms {
+            result.histograms = histograms.as_ref().map(convert::histograms);
+        }
         if let (Some(src), Some((reset, b)), None) = (&source, cache_before, &interrupt) {
             let a = crate::cache::counters(&http, src).await;
             let mut figure = crate::cache::figure(src.kind, b, a, report.prompt_tokens_all, reset);
@@ -230,7 +244,11 @@ async fn run_level(
     w: Watched<'_>,
     tx: &Tx,
     span: &tracing::Span,
-) -> (fleetbench_loadgen::LevelReport, Option<Interrupt>) {
+) -> (
+    fleetbench_loadgen::LevelReport,
+    Option<fleetbench_loadgen::LevelHists>,
+    Option<Interrupt>,
+) {
     let Watched {
         mut engine,
         lease,
@@ -241,13 +259,13 @@ async fn run_level(
     let (ptx, mut prx) = mpsc::unbounded_channel();
     let lg_level = convert::level_from_proto(level);
     let fut = tracing::Instrument::instrument(
-        runner.run_level(index, &lg_level, Some(ptx), cancel.clone()),
+        runner.run_level_detailed(index, &lg_level, Some(ptx), cancel.clone(), false),
         span.clone(),
     );
     tokio::pin!(fut);
     let mut interrupt = None;
     let mut progress_open = true;
-    let report = loop {
+    let outcome = loop {
         tokio::select! {
             r = &mut fut => break r,
             p = prx.recv(), if progress_open => match p {
@@ -279,6 +297,7 @@ async fn run_level(
             _ = tx.closed(), if !cancel.is_cancelled() => cancel.cancel(),
         }
     };
+    let (report, histograms) = (outcome.report, outcome.histograms);
     if let Some((state, generation)) = engine
         && interrupt.is_none()
         && report.failed > 0
@@ -300,7 +319,7 @@ async fn run_level(
             .ok()
             .flatten();
     }
-    (report, interrupt)
+    (report, histograms, interrupt)
 }
 
 /// The engine's next state change; never, without an engine.

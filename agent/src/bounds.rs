@@ -130,6 +130,9 @@ pub fn check_benchmark(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRe
         "skip_levels",
         check_len(req.skip_levels.len(), lim::MAX_SKIP_LEVELS),
     )?;
+    if req.start_at_unix_ms != 0 {
+        start_at(req)?;
+    }
     // Steady-state spans: a ramp-up of zero means none; otherwise each is a level duration.
     if req.ramp_up_s != 0.0 {
         at("ramp_up_s", check_f64(req.ramp_up_s, lim::DURATION_S))?;
@@ -322,6 +325,38 @@ pub fn check_lease(req: &agentpb::AcquireLeaseRequest) -> Result<(), BenchReques
     name_len("job_id", &req.job_id)?;
     name_len("trial_id", &req.trial_id)?;
     name_len("reason", &req.reason)?;
+    Ok(())
+}
+
+/// How far ahead a synchronized start may lie: the controller picks one a moment after it
+/// sends the request; a start further off is a wrong clock or a mistake.
+pub const MAX_START_AHEAD_MS: i64 = 60_000;
+
+/// A synchronized start (`start_at_unix_ms`): within a minute of the agent's clock either way
+/// (a start a little past is begun at once: the caller's clock runs ahead of this one by less
+/// than its offset estimate), and with no warm-up, whose length nobody can plan a start after.
+fn start_at(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRequestError> {
+    let now = fleetbench_proto::now_unix_ms();
+    let ahead = req.start_at_unix_ms - now;
+    if !(-MAX_START_AHEAD_MS..=MAX_START_AHEAD_MS).contains(&ahead) {
+        return at(
+            "start_at_unix_ms",
+            Err(format!(
+                "{} is {:+.1} s from this agent's clock ({now}); at most {} s either way",
+                req.start_at_unix_ms,
+                ahead as f64 / 1e3,
+                MAX_START_AHEAD_MS / 1000
+            )),
+        );
+    }
+    if req.warmup_requests != 0 {
+        return at(
+            "start_at_unix_ms",
+            Err("a synchronized start needs warmup_requests 0 (warm the engine up in a call \
+                 of its own first)"
+                .into()),
+        );
+    }
     Ok(())
 }
 

@@ -253,6 +253,30 @@ pub fn distribution(s: &lg::Stats) -> agentpb::Distribution {
     }
 }
 
+/// A level's histograms as their recorded buckets (see [`agentpb::LatencyHistogram`]).
+pub fn histograms(h: &lg::LevelHists) -> agentpb::LevelHistograms {
+    let one = |d: &lg::LatencyHist| {
+        let (values_ns, counts) = d.buckets().into_iter().unzip();
+        let (min_ns, max_ns) = d.extremes_ns().unwrap_or((0, 0));
+        Some(agentpb::LatencyHistogram {
+            values_ns,
+            counts,
+            sum_ns: d.sum_ns(),
+            min_ns,
+            max_ns,
+        })
+    };
+    agentpb::LevelHistograms {
+        ttft: one(&h.ttft),
+        itl: one(&h.itl),
+        tpot: one(&h.tpot),
+        e2e: one(&h.e2e),
+        queue: one(&h.queue),
+        ttft_answer: one(&h.ttft_answer),
+        itl_chunk: one(&h.itl_chunk),
+    }
+}
+
 /// A finished level as the wire carries it (outcome from the report alone; the caller overrides
 /// it for a crash).
 pub fn level_result(
@@ -268,6 +292,8 @@ pub fn level_result(
     agentpb::LevelResult {
         // Set by the benchmark task, which knows the lease it runs under.
         lease_epoch: 0,
+        histograms: None,
+        clients: None,
         level_index: index as u32,
         level: Some(*level),
         outcome: outcome as i32,

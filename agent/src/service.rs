@@ -116,6 +116,9 @@ impl Agent for AgentService {
         .map_err(|e| Status::internal(format!("host facts: {e}")))?;
         let mut facts = facts;
         (facts.lease, facts.lease_note) = self.leases.view();
+        // Read last, just before the answer leaves: the caller's clock-offset estimate takes
+        // the middle of its round trip as this instant.
+        facts.unix_ms = fleetbench_proto::now_unix_ms();
         Ok(Response::new(facts))
     }
 

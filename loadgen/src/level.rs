@@ -8,7 +8,8 @@ use crate::config::{BenchConfig, Slo};
 use crate::dataset::Prompt;
 use crate::error::Failure;
 use crate::report::{LeftOut, LevelReport, RequestRecord};
-use crate::stats::Dist;
+use crate::report::LevelHists;
+use crate::stats::{Dist, summary};
 
 /// What one request gave, borrowed from its slot.
 pub(crate) struct Measured<'a> {
@@ -347,13 +348,13 @@ impl Accum {
         r.requests_per_s = per_s(self.completed);
         r.goodput_requests_per_s = per_s(self.good);
         r.peak_concurrency = peak;
-        r.ttft_ms = self.ttft.stats(p);
-        r.ttft_answer_ms = self.ttft_answer.stats(p);
-        r.itl_ms = self.itl.stats(p);
-        r.itl_chunk_ms = self.itl_chunk.stats(p);
-        r.tpot_ms = self.tpot.stats(p);
-        r.e2e_ms = self.e2e.stats(p);
-        r.queue_ms = self.queue.stats(p);
+        r.ttft_ms = summary(&self.ttft, p);
+        r.ttft_answer_ms = summary(&self.ttft_answer, p);
+        r.itl_ms = summary(&self.itl, p);
+        r.itl_chunk_ms = summary(&self.itl_chunk, p);
+        r.tpot_ms = summary(&self.tpot, p);
+        r.e2e_ms = summary(&self.e2e, p);
+        r.queue_ms = summary(&self.queue, p);
         r.cancelled = cancelled;
         r.error = match (self.completed, stop) {
             (_, Some(s)) => Some(s),
@@ -380,6 +381,19 @@ impl Accum {
         };
         if r.error.is_some() && self.itl.count() == 0 && self.completed == 0 {
             r.duration_s = start.elapsed().as_secs_f64();
+        }
+    }
+
+    /// The level's histograms, for a caller that merges several agents' levels.
+    pub fn into_histograms(self) -> LevelHists {
+        LevelHists {
+            ttft: self.ttft,
+            ttft_answer: self.ttft_answer,
+            itl: self.itl,
+            itl_chunk: self.itl_chunk,
+            tpot: self.tpot,
+            e2e: self.e2e,
+            queue: self.queue,
         }
     }
 }

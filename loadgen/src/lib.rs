@@ -33,7 +33,9 @@ pub use config::{Api, BenchConfig, Bound, DatasetSpec, Level, Slo};
 pub use endpoint::ClientOptions;
 pub use error::{Failure, FailureKind, LoadgenError};
 pub use level::BURST_FACTOR;
-pub use report::{BenchReport, LeftOut, LevelOutcome, LevelReport, Progress, RequestRecord};
+pub use report::{
+    BenchReport, LatencyHist, LeftOut, LevelHists, LevelOutcome, LevelReport, Progress, RequestRecord,
+};
 pub use runner::{Runner, Shaping};
 pub use stats::{Stats, percentile_key};
 

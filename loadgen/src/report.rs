@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use fleetbench_stats::latency::LatencyHist;
 use serde::{Deserialize, Serialize};
 
 use crate::stats::Stats;
@@ -133,10 +134,25 @@ pub struct Progress {
 }
 
 /// A level's report with its per-request records (empty unless asked for).
+/// A level's latency histograms in nanoseconds, as measured (the figures of [`LevelReport`]
+/// are summaries of these): what a caller merges when several agents loaded one level.
+#[derive(Debug, Clone, Default)]
+pub struct LevelHists {
+    pub ttft: LatencyHist,
+    pub ttft_answer: LatencyHist,
+    pub itl: LatencyHist,
+    pub itl_chunk: LatencyHist,
+    pub tpot: LatencyHist,
+    pub e2e: LatencyHist,
+    pub queue: LatencyHist,
+}
+
 #[derive(Debug, Clone)]
 pub struct LevelOutcome {
     pub report: LevelReport,
     pub records: Vec<RequestRecord>,
+    /// The level's latency histograms (none when the level could not run).
+    pub histograms: Option<LevelHists>,
 }
 
 impl BenchReport {

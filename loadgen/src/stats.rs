@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Summary of one latency distribution in milliseconds. Percentile keys are `p50`, `p90`,
@@ -31,64 +30,26 @@ pub fn percentile_key(p: f64) -> String {
     format!("p{s}")
 }
 
-/// A latency histogram (nanoseconds, 4 significant digits: ±0.5 µs at 5 ms) with an exact sum.
-#[derive(Debug, Clone)]
-pub(crate) struct Dist {
-    hist: Histogram<u64>,
-    sum_ns: f64,
-    min_ns: u64,
-    max_ns: u64,
-}
+/// A latency histogram (nanoseconds, 4 significant digits: ±0.5 µs at 5 ms) with an exact sum:
+/// the statistics crate's, so that a controller merging several agents' levels reads the same
+/// buckets.
+pub(crate) type Dist = fleetbench_stats::latency::LatencyHist;
 
-const MAX_NS: u64 = 3_600_000_000_000;
-
-impl Default for Dist {
-    fn default() -> Self {
-        Dist {
-            hist: Histogram::new_with_bounds(1, MAX_NS, 4)
-                .expect("static histogram bounds are valid"),
-            sum_ns: 0.0,
-            min_ns: u64::MAX,
-            max_ns: 0,
-        }
-    }
-}
-
-impl Dist {
-    pub fn record(&mut self, ns: u64) {
-        self.record_n(ns, 1);
-    }
-
-    pub fn record_n(&mut self, ns: u64, n: u64) {
-        let _ = self.hist.record_n(ns.clamp(1, MAX_NS), n);
-        self.sum_ns += ns as f64 * n as f64;
-        self.min_ns = self.min_ns.min(ns);
-        self.max_ns = self.max_ns.max(ns);
-    }
-
-    pub fn count(&self) -> u64 {
-        self.hist.len()
-    }
-
-    pub fn stats(&self, percentiles: &[f64]) -> Stats {
-        let count = self.hist.len();
-        if count == 0 {
-            return Stats::default();
-        }
-        let ms = |ns: u64| ns as f64 / 1e6;
-        Stats {
-            count,
-            mean: self.sum_ns / count as f64 / 1e6,
-            min: ms(self.min_ns),
-            max: ms(self.max_ns),
-            percentiles: percentiles
-                .iter()
-                .map(|p| {
-                    let v = self.hist.value_at_quantile(p / 100.0);
-                    (percentile_key(*p), ms(self.hist.median_equivalent(v)))
-                })
-                .collect(),
-        }
+/// A distribution's summary in milliseconds at `percentiles`.
+pub(crate) fn summary(d: &Dist, percentiles: &[f64]) -> Stats {
+    let Some((min, max)) = d.extremes_ns() else {
+        return Stats::default();
+    };
+    let ms = |ns: u64| ns as f64 / 1e6;
+    Stats {
+        count: d.count(),
+        mean: d.mean_ns() / 1e6,
+        min: ms(min),
+        max: ms(max),
+        percentiles: percentiles
+            .iter()
+            .map(|p| (percentile_key(*p), ms(d.percentile_ns(*p))))
+            .collect(),
     }
 }
 
@@ -105,7 +66,7 @@ mod tests {
         for i in 1..=1000u64 {
             d.record(i * 1_000_000); // 1..1000 ms
         }
-        let s = d.stats(&[50.0, 99.0, 99.9]);
+        let s = summary(&d, &[50.0, 99.0, 99.9]);
         assert_eq!(s.count, 1000);
         assert!((s.mean - 500.5).abs() < 1e-9);
         assert!((s.get("p50").unwrap() - 500.0).abs() < 0.1, "{s:?}");
@@ -120,7 +81,7 @@ mod tests {
     fn resolution_is_finer_than_ten_microseconds_at_5ms() {
         let mut d = Dist::default();
         d.record_n(5_003_000, 10);
-        let s = d.stats(&[50.0]);
+        let s = summary(&d, &[50.0]);
         assert!((s.get("p50").unwrap() - 5.003).abs() < 0.001, "{s:?}");
     }
 }

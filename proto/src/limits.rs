@@ -48,6 +48,8 @@ pub const TRACE_SPEEDUP: (f64, f64) = (0.01, 100.0);
 pub const TRACE_BLOCK_TOKENS_DEFAULT: u32 = TRACE_BLOCK_TOKENS.1;
 /// A trace is replayed at its recorded speed unless the spec says otherwise.
 pub const TRACE_SPEEDUP_DEFAULT: f64 = 1.0;
+/// Client agents one level's load may be split over (`load.clients`).
+pub const CLIENTS: (u32, u32) = (1, 64);
 /// Percentiles reported per distribution.
 pub const MAX_PERCENTILES: usize = 32;
 /// Latency objectives, milliseconds.

@@ -98,6 +98,9 @@ pub(super) fn check(ctx: &mut Ctx, root: &Table<'_, '_>, spec: &JobSpec) {
         c.report(&[K("hosts"), K("gpu_count")], check_u32(n, lim::GPU_COUNT));
     }
     load(&mut c, spec);
+    if spec.load.clients > 1 {
+        clients(&mut c, spec);
+    }
     for (i, w) in spec.workloads.iter().enumerate() {
         dataset(&mut c, i, &w.dataset);
         if matches!(w.dataset, Dataset::Conversation { .. })
@@ -125,6 +128,79 @@ pub(super) fn check(ctx: &mut Ctx, root: &Table<'_, '_>, spec: &JobSpec) {
             );
         }
         budget(&mut c, spec, i, &w.dataset);
+    }
+}
+
+/// `load.clients > 1`: every client must get a share of each level, a host of its own, and a
+/// target it can reach.
+fn clients(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec) {
+    let k = spec.load.clients;
+    let at = [K("load"), K("clients")];
+    c.report(&at, check_u32(k, lim::CLIENTS));
+    if let Some(cfg) = spec.configs.iter().find(|c| c.target.is_none()) {
+        // The other agents would need the engine's port reachable from their hosts, which an
+        // engine profile binds to the host it names; a router or Service in front is the
+        // endpoint several hosts can load.
+        c.report(
+            &at,
+            Err(format!(
+                "config {:?} is an engine on the trial's host: a level split over {k} client \
+                 agents loads one endpoint that every client reaches, so every config must be \
+                 an external target (a router, a gateway, a Service)",
+                cfg.name
+            )),
+        );
+    }
+    if (spec.hosts.names.len() as u64) < u64::from(k) {
+        c.report(
+            &at,
+            Err(format!(
+                "{k} clients need {k} hosts to drive the load; hosts.names lists {}",
+                spec.hosts.names.len()
+            )),
+        );
+    }
+    match &spec.load.levels {
+        Levels::Concurrency(cs) => {
+            if let Some((i, &cv)) = cs.iter().enumerate().find(|(_, v)| **v < k) {
+                c.report(
+                    &[K("load"), K("concurrency"), I(i)],
+                    Err(format!(
+                        "concurrency {cv} cannot be split over {k} clients (each needs a \
+                         stream): at least {k}"
+                    )),
+                );
+            }
+        }
+        Levels::RequestRate {
+            max_concurrency: Some(m),
+            ..
+        } if *m < k => c.report(
+            &[K("load"), K("max_concurrency")],
+            Err(format!(
+                "max_concurrency {m} cannot be split over {k} clients: at least {k}"
+            )),
+        ),
+        Levels::RequestRate { .. } => {}
+    }
+    if let Bound::Requests(n) = spec.load.bound
+        && n < k
+    {
+        c.report(
+            &[K("load"), K("requests")],
+            Err(format!("{n} requests cannot be split over {k} clients: at least {k}")),
+        );
+    }
+    for (i, w) in spec.workloads.iter().enumerate() {
+        if matches!(w.dataset, Dataset::Trace { .. }) {
+            c.report(
+                &[K("workloads"), I(i), K("dataset")],
+                Err(format!(
+                    "a trace is replayed by one client at its timestamps; with {k} clients \
+                     each would send the whole trace: use clients = 1"
+                )),
+            );
+        }
     }
 }
 

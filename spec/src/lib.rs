@@ -191,6 +191,10 @@ pub struct LoadSpec {
     pub steady: bool,
     /// Empty the engine's prefix cache before every level (`reset_cache = true`).
     pub reset_cache: bool,
+    /// Client agents each level's load is split over (`clients = 4`): every level's
+    /// concurrency or rate, and its request count, divided among them; they start together
+    /// and their histograms merge exactly. 1: the trial's own host drives it all.
+    pub clients: u32,
 }
 
 /// The swept load axis.

@@ -255,6 +255,7 @@ const LOAD_KEYS: &[&str] = &[
     "ramp_up",
     "window",
     "reset_cache",
+    "clients",
 ];
 
 fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
@@ -283,6 +284,11 @@ fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
         Some(_) => t.bool(ctx, "reset_cache"),
         None => Some(false),
     };
+    let clients = if t.has("clients") {
+        t.u32(ctx, "clients", 1)
+    } else {
+        Some(1)
+    };
     let (ramp_up, window) = (ramp_up?, window?);
     Some(LoadSpec {
         levels: levels?,
@@ -294,6 +300,7 @@ fn load(ctx: &mut Ctx, t: &Table<'_, '_>) -> Option<LoadSpec> {
         ramp_up,
         window,
         reset_cache: reset_cache?,
+        clients: clients?,
     })
 }
 

@@ -219,6 +219,9 @@ impl JobSpec {
             // The trial runner's, per attempt.
             lease_epoch: 0,
             target: None,
+            // A level split over several clients: the trial runner's, per client.
+            start_at_unix_ms: 0,
+            histograms: false,
         }
     }
 

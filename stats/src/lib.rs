@@ -9,6 +9,8 @@
 //! - [`contrast`]: one comparison as the job's design allows it (paired within repeat blocks,
 //!   two samples, or through a config two jobs share).
 //! - [`moderated`]: empirical-Bayes variances shared across a job's levels (Smyth 2004).
+//! - [`latency`]: latency distributions as HDR histograms that cross processes and merge
+//!   exactly (one level loaded by several client agents).
 //! - [`power`]: exact power of a t-test and the detectable effect it implies.
 //! - [`multiple`]: Holm and Benjamini–Hochberg adjusted p-values.
 //! - [`regress`]: the regression interval (t-based, between-run variance from the history
@@ -25,6 +27,7 @@ pub mod changepoint;
 pub mod contrast;
 pub mod decide;
 pub mod dist;
+pub mod latency;
 pub mod moderated;
 pub mod multiple;
 pub mod power;

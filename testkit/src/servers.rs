@@ -110,6 +110,27 @@ impl Drop for LlamaServer {
     }
 }
 
+/// The sum of every sample of `name` on a loopback server's `/metrics` (all label sets: a
+/// counter per model or rank); panics with the page when there is none.
+pub fn metric_sum(port: u16, name: &str) -> f64 {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect for /metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .expect("send /metrics");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).expect("read /metrics");
+    let values: Vec<f64> = buf
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(!values.is_empty(), "{name} not in /metrics:\n{buf}");
+    values.iter().sum()
+}
+
 /// Whether `GET /health` on the loopback port answers 200 (llama-server answers 401 to other
 /// paths when started with `--api-key`, but `/health` stays open).
 pub fn health(port: u16) -> bool {

@@ -109,14 +109,16 @@ fn block(t: &TrialRow) -> (u32, u32) {
     (t.workload_index, t.repeat)
 }
 
-/// The first waiting trial (in order) that a free host can take, with that host held. A trial
-/// goes to a host it was lost on only when no other host could ever take it.
+/// The first waiting trial (in order) that free hosts can take, with those hosts held: its own
+/// first, then the client hosts of a level split over several (`load.clients`), all or none.
+/// A trial goes to a host it was lost on only when no other host could ever take it.
 fn placeable(
     ctx: &Ctx,
     spec: &spec::JobSpec,
     job_id: &str,
     queue: &Queue,
-) -> Option<(usize, crate::agents::Lease)> {
+) -> Option<(usize, Vec<crate::agents::Lease>)> {
+    let n = spec.load.clients.max(1) as usize;
     let matches = |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
     // Every host's facts, taken only for a trial that lost a host: a copy of the whole fleet per
     // placement made placing 1,000 trials on 1,000 hosts quadratic.
@@ -148,21 +150,23 @@ fn placeable(
                 .filter(|(k, _)| **k != b && queue.trials.iter().any(|u| block(u) == **k))
                 .map(|(_, h)| h)
                 .collect();
-            let fits = |h: &HostSnapshot| {
+            // The block's host is the trial's own; client hosts are any others that match.
+            let fits = |h: &HostSnapshot, taken: &[HostSnapshot]| {
                 matches(h)
-                    && match pinned {
-                        Some(p) => &h.name == p,
-                        None => !held.contains(&h.name) && not_lost(h),
+                    && match (taken.is_empty(), pinned) {
+                        (true, Some(p)) => &h.name == p,
+                        (true, None) => !held.contains(&h.name) && not_lost(h),
+                        (false, _) => not_lost(h),
                     }
             };
-            if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
-                return Some((i, lease));
+            if let Some(leases) = ctx.inventory.acquire_all(job_id, n, fits) {
+                return Some((i, leases));
             }
             continue;
         }
-        let fits = |h: &HostSnapshot| matches(h) && not_lost(h);
-        if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
-            return Some((i, lease));
+        let fits = |h: &HostSnapshot, _: &[HostSnapshot]| matches(h) && not_lost(h);
+        if let Some(leases) = ctx.inventory.acquire_all(job_id, n, fits) {
+            return Some((i, leases));
         }
     }
     None
@@ -317,18 +321,21 @@ async fn schedule(
     loop {
         let stop = cancel.is_cancelled() || failure.is_some();
         if !stop {
-            while let Some((i, lease)) = placeable(ctx, spec, job_id, queue) {
+            while let Some((i, mut leases)) = placeable(ctx, spec, job_id, queue) {
                 let mut t = queue.trials.remove(i).expect("index from placeable");
+                let lease = leases.remove(0);
                 if queue.blocked {
                     queue.pins.insert(block(&t), lease.host.clone());
                 }
                 t.attempts = ctx.store.next_attempt(&t.id).await?;
                 used_hosts.insert(lease.host.clone());
+                used_hosts.extend(leases.iter().map(|l| l.host.clone()));
                 let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), trials.child_token());
                 running.spawn(
                     async move {
                         let host = lease.host.clone();
-                        let outcome = trial::run_trial(&ctx2, &spec2, &t, lease, token).await;
+                        let outcome =
+                            trial::run_trial(&ctx2, &spec2, &t, lease, leases, token).await;
                         (t, host, outcome)
                     }
                     .in_current_span(),

@@ -336,6 +336,7 @@ impl Runner {
             return LevelOutcome {
                 report,
                 records: Vec::new(),
+                histograms: None,
             };
         }
         if self.cfg.warmup > 0 && !cancel.is_cancelled() {
@@ -378,7 +379,7 @@ impl Runner {
         set.abort_all();
         while set.join_next().await.is_some() {}
         send_progress(&progress, &shared, index, total);
-        let acc = std::mem::take(&mut *shared.acc.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut acc = std::mem::take(&mut *shared.acc.lock().unwrap_or_else(|e| e.into_inner()));
         acc.finish(
             &mut report,
             &self.cfg,
@@ -399,9 +400,11 @@ impl Runner {
         };
         report.designed_reuse = (designs && report.prompt_tokens_all > 0)
             .then(|| report.reusable_tokens_all as f64 / report.prompt_tokens_all as f64);
+        let records = std::mem::take(&mut acc.records);
         LevelOutcome {
             report,
-            records: acc.records,
+            records,
+            histograms: Some(acc.into_histograms()),
         }
     }
 

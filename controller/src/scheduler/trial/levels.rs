@@ -57,7 +57,7 @@ impl Attempt<'_> {
         }
     }
 
-    fn level_span(&self, index: u32) -> tracing::Span {
+    pub(super) fn level_span(&self, index: u32) -> tracing::Span {
         let c = &self.spec.configs[self.trial.config_index as usize];
         let level = self
             .spec

@@ -25,7 +25,10 @@ use crate::agents::{AgentClient, Lease};
 use crate::store::{StoreError, TrialRow};
 use fleetbench_spec::JobSpec;
 
+mod clients;
 mod levels;
+
+pub(crate) use clients::ClientHost;
 
 /// How a trial attempt ended.
 #[derive(Debug)]
@@ -95,14 +98,19 @@ struct Attempt<'a> {
     lease: &'a AgentLease,
     /// GPU power samples the telemetry relay keeps for this attempt's levels.
     power: telemetry::PowerLog,
+    /// Hosts that drive a share of each level besides this one (`load.clients`); empty: this
+    /// host drives it all.
+    clients: &'a [ClientHost],
 }
 
-/// Runs one attempt of `trial` on the leased host.
+/// Runs one attempt of `trial` on the leased host; `extra`: the client hosts that drive a share
+/// of each level with it (`load.clients`), held with it.
 pub(crate) async fn run_trial(
     ctx: &Ctx,
     spec: &JobSpec,
     trial: &TrialRow,
     lease: Lease,
+    extra: Vec<Lease>,
     cancel: CancellationToken,
 ) -> TrialOutcome {
     let run_id = format!("{}-a{}", trial.id, trial.attempts);
@@ -165,6 +173,13 @@ pub(crate) async fn run_trial(
                 }
             }
         };
+        let clients = match clients::lease_clients(ctx, trial, &extra).await {
+            Ok(c) => c,
+            Err(outcome) => {
+                agent_lease.release().await;
+                return outcome;
+            }
+        };
         let mut run = run;
         run.lease_epoch = agent_lease.epoch;
         // The run starts when its load can: after any wait for the endpoint or the lease.
@@ -179,9 +194,14 @@ pub(crate) async fn run_trial(
             cancel,
             lease: &agent_lease,
             power: telemetry::PowerLog::with_interval(ctx.telemetry_interval),
+            clients: &clients,
         };
         let outcome = a.attempt(&run_id).await;
         agent_lease.release().await;
+        for c in clients {
+            c.lease.release().await;
+        }
+        drop(extra);
         outcome
     }
     .instrument(span)
@@ -336,7 +356,11 @@ impl Attempt<'_> {
                 .await?;
             self.trial_event(TrialState::Running, "").await?;
             let before = stored.len();
-            self.bench(stored).await?;
+            if self.clients.is_empty() {
+                self.bench(stored).await?;
+            } else {
+                self.bench_split(stored).await?;
+            }
             let after = self.ctx.store.stored_level_indices(&self.trial.id).await?;
             if after.len() >= total {
                 return Ok(());
