@@ -44,6 +44,5 @@ pub fn host_facts(
         // Filled in by the service, which holds the lease table.
         lease: None,
         lease_note: String::new(),
-        unix_ms: 0,
     }
 }

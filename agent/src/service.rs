@@ -116,10 +116,16 @@ impl Agent for AgentService {
         .map_err(|e| Status::internal(format!("host facts: {e}")))?;
         let mut facts = facts;
         (facts.lease, facts.lease_note) = self.leases.view();
-        // Read last, just before the answer leaves: the caller's clock-offset estimate takes
-        // the middle of its round trip as this instant.
-        facts.unix_ms = fleetbench_proto::now_unix_ms();
         Ok(Response::new(facts))
+    }
+
+    async fn get_clock(
+        &self,
+        _: Request<agentpb::GetClockRequest>,
+    ) -> Result<Response<agentpb::ClockReading>, Status> {
+        Ok(Response::new(agentpb::ClockReading {
+            unix_ms: unix_ms_f64(),
+        }))
     }
 
     type ApplyEngineStream = RpcStream<agentpb::EngineEvent>;
@@ -450,4 +456,11 @@ impl Agent for AgentService {
             Err(e) => Err(RpcError::from(e).into()),
         }
     }
+}
+
+/// Unix time in ms with its sub-millisecond digits.
+fn unix_ms_f64() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }

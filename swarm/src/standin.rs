@@ -217,6 +217,16 @@ impl Agent for StandIn {
         Ok(Response::new(self.facts()))
     }
 
+    async fn get_clock(
+        &self,
+        _: Request<agentpb::GetClockRequest>,
+    ) -> Result<Response<agentpb::ClockReading>, Status> {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        Ok(Response::new(agentpb::ClockReading { unix_ms: ms }))
+    }
+
     type ApplyEngineStream = RpcStream<agentpb::EngineEvent>;
 
     async fn apply_engine(

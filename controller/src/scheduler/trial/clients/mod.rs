@@ -3,7 +3,7 @@
 //!
 //! For each level: the trial's own host warms the target up in a call of its own (a warm-up
 //! has no planned length, so nothing could be started after it together); the controller then
-//! measures each client's clock against its own (the `GetHost` exchange with the smallest
+//! measures each client's clock against its own (the `GetClock` exchange with the smallest
 //! round trip: offset known to within half of it), picks a start a moment ahead, and sends every
 //! client its share (concurrency, rate and request count divided, a seed and a run id of its
 //! own so that no two clients send the same prompt) with that start on its own clock. Each
@@ -27,7 +27,7 @@ pub(crate) struct ClientHost {
 
 /// How long after the requests leave the clients begin: room for the slowest to arrive.
 const START_MARGIN_MS: f64 = 1_500.0;
-/// `GetHost` exchanges per client per level; the one with the smallest round trip counts.
+/// `GetClock` exchanges per client per level; the one with the smallest round trip counts.
 const CLOCK_SAMPLES: usize = 4;
 
 /// A client to send to: the attempt's own host or one of its client hosts.
@@ -55,18 +55,17 @@ async fn clock(client: &AgentClient) -> Result<Clock, tonic::Status> {
     for _ in 0..CLOCK_SAMPLES {
         let mut c = client.clone();
         let t0 = now_ms();
-        let facts = c.get_host(agentpb::GetHostRequest {}).await?.into_inner();
+        let reading = c.get_clock(agentpb::GetClockRequest {}).await?.into_inner();
         let t1 = now_ms();
-        let (rtt, offset) = (t1 - t0, facts.unix_ms as f64 - (t0 + t1) / 2.0);
+        let (rtt, offset) = (t1 - t0, reading.unix_ms - (t0 + t1) / 2.0);
         if best.is_none_or(|(r, _)| rtt < r) {
             best = Some((rtt, offset));
         }
     }
     let (rtt, offset_ms) = best.unwrap_or_default();
-    // Half the round trip, and the agent's whole-millisecond stamp.
     Ok(Clock {
         offset_ms,
-        uncertainty_ms: rtt / 2.0 + 0.5,
+        uncertainty_ms: rtt / 2.0,
     })
 }
 
@@ -188,7 +187,7 @@ impl Attempt<'_> {
         }
         let mut clocks = Vec::with_capacity(parts.len());
         for p in &parts {
-            clocks.push(clock(p.client).await.map_err(|s| self.client_stop(p, "GetHost", s))?);
+            clocks.push(clock(p.client).await.map_err(|s| self.client_stop(p, "GetClock", s))?);
         }
         let concurrency = level.concurrency.map(|c| split(c, k));
         let requests = match base.bound {
