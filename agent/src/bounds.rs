@@ -352,9 +352,11 @@ fn start_at(req: &agentpb::RunBenchmarkRequest) -> Result<(), BenchRequestError>
     if req.warmup_requests != 0 {
         return at(
             "start_at_unix_ms",
-            Err("a synchronized start needs warmup_requests 0 (warm the engine up in a call \
+            Err(
+                "a synchronized start needs warmup_requests 0 (warm the engine up in a call \
                  of its own first)"
-                .into()),
+                    .into(),
+            ),
         );
     }
     Ok(())

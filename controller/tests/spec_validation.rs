@@ -361,3 +361,38 @@ fn bad_target_rules() {
         ],
     );
 }
+
+#[test]
+fn bad_clients() {
+    let got = errors_of("bad_clients.toml");
+    let text = got.join("\n");
+    for want in [
+        "load.clients: config \"local\" is an engine on the trial's host",
+        "load.clients: 3 clients need 3 hosts to drive the load; hosts.names lists 2",
+        "load.concurrency[1]: concurrency 2 cannot be split over 3 clients",
+        "load.requests: 2 requests cannot be split over 3 clients: at least 3",
+        "workloads[1].dataset: a trace is replayed by one client at its timestamps",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    // And the bounds: at least one client, at most 64.
+    let src = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/specs/bad_clients.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    for (k, want) in [("0", "must be at least 1, got 0"), ("65", "must be between 1 and 64, got 65")] {
+        let text = src.replace("clients = 3", &format!("clients = {k}"));
+        let errors: Vec<String> = parse("c.toml", &text)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("load.clients") && e.contains(want)),
+            "clients = {k}: {errors:?}"
+        );
+    }
+}

@@ -61,7 +61,14 @@ async fn a_level_split_over_one_two_and_four_clients_measures_the_same_server_on
     let _sim =
         fleetbench_testkit::process::Launch::new("fleetbench-sim", dir.path().join("sim.log"))
             .name("sim")
-            .args(["--port", &port.to_string(), "--ttft-ms", "40", "--itl-ms", "4"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--ttft-ms",
+                "40",
+                "--itl-ms",
+                "4",
+            ])
             .spawn();
     let origin = format!("http://127.0.0.1:{port}");
     let agents: Vec<Proc> = HOSTS
@@ -86,7 +93,11 @@ async fn a_level_split_over_one_two_and_four_clients_measures_the_same_server_on
         );
         let id = submit_toml(&mut c, &spec(k, &origin)).await;
         let job = wait_job(&mut c, &id, Duration::from_secs(120)).await;
-        assert_eq!(job.state, JobState::Succeeded as i32, "clients = {k}: {job:?}");
+        assert_eq!(
+            job.state,
+            JobState::Succeeded as i32,
+            "clients = {k}: {job:?}"
+        );
         let r = c
             .get_results(GetResultsRequest {
                 job_ids: vec![id],
@@ -95,7 +106,11 @@ async fn a_level_split_over_one_two_and_four_clients_measures_the_same_server_on
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(r.levels.len(), 1, "one level stored, not one per client: {r:?}");
+        assert_eq!(
+            r.levels.len(),
+            1,
+            "one level stored, not one per client: {r:?}"
+        );
         let l = r.levels[0].result.clone().unwrap();
         // Every request once: the load generator's counts, and the server's own.
         assert_eq!(l.outcome, LevelOutcome::Ok as i32, "{l:?}");
@@ -103,18 +118,34 @@ async fn a_level_split_over_one_two_and_four_clients_measures_the_same_server_on
         assert_eq!(l.output_tokens, REQUESTS * OUTPUT_LEN);
         let served = metric_sum(port, "sglang:num_requests_total") - requests0;
         let generated = metric_sum(port, "sglang:generation_tokens_total") - tokens0;
-        assert_eq!(served as u64, REQUESTS, "the server's request counter, clients = {k}");
-        assert_eq!(generated as u64, l.output_tokens, "the server's token counter");
+        assert_eq!(
+            served as u64, REQUESTS,
+            "the server's request counter, clients = {k}"
+        );
+        assert_eq!(
+            generated as u64, l.output_tokens,
+            "the server's token counter"
+        );
         assert_eq!(l.ttft_ms.as_ref().unwrap().count, REQUESTS);
         if k > 1 {
             let cl = l.clients.as_ref().expect("a split level says how");
             assert_eq!(cl.clients.len(), k as usize);
             let hosts: std::collections::BTreeSet<_> =
                 cl.clients.iter().map(|x| x.host.as_str()).collect();
-            assert_eq!(hosts.len(), k as usize, "each share on a host of its own: {cl:?}");
-            assert_eq!(cl.clients.iter().map(|x| x.completed).sum::<u64>(), REQUESTS);
             assert_eq!(
-                cl.clients.iter().map(|x| x.concurrency.unwrap()).sum::<u32>(),
+                hosts.len(),
+                k as usize,
+                "each share on a host of its own: {cl:?}"
+            );
+            assert_eq!(
+                cl.clients.iter().map(|x| x.completed).sum::<u64>(),
+                REQUESTS
+            );
+            assert_eq!(
+                cl.clients
+                    .iter()
+                    .map(|x| x.concurrency.unwrap())
+                    .sum::<u32>(),
                 CONCURRENCY
             );
             // One machine: the clocks agree to within a few ms, and the clients began within
@@ -150,9 +181,27 @@ async fn a_level_split_over_one_two_and_four_clients_measures_the_same_server_on
     };
     for (k, l) in &levels[1..] {
         let what = |m: &str| format!("clients = {k}: {m}");
-        close(&what("TTFT p50"), p(&l.ttft_ms, "p50"), p(&one.ttft_ms, "p50"), 0.15, 5.0);
-        close(&what("ITL p50"), p(&l.itl_ms, "p50"), p(&one.itl_ms, "p50"), 0.15, 1.0);
-        close(&what("E2E p50"), p(&l.e2e_ms, "p50"), p(&one.e2e_ms, "p50"), 0.15, 10.0);
+        close(
+            &what("TTFT p50"),
+            p(&l.ttft_ms, "p50"),
+            p(&one.ttft_ms, "p50"),
+            0.15,
+            5.0,
+        );
+        close(
+            &what("ITL p50"),
+            p(&l.itl_ms, "p50"),
+            p(&one.itl_ms, "p50"),
+            0.15,
+            1.0,
+        );
+        close(
+            &what("E2E p50"),
+            p(&l.e2e_ms, "p50"),
+            p(&one.e2e_ms, "p50"),
+            0.15,
+            10.0,
+        );
         close(
             &what("output tok/s"),
             l.output_tokens_per_s,

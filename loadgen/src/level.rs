@@ -7,8 +7,8 @@ use crate::client::Streamed;
 use crate::config::{BenchConfig, Slo};
 use crate::dataset::Prompt;
 use crate::error::Failure;
-use crate::report::{LeftOut, LevelReport, RequestRecord};
 use crate::report::LevelHists;
+use crate::report::{LeftOut, LevelReport, RequestRecord};
 use crate::stats::{Dist, summary};
 
 /// What one request gave, borrowed from its slot.

@@ -34,7 +34,8 @@ pub use endpoint::ClientOptions;
 pub use error::{Failure, FailureKind, LoadgenError};
 pub use level::BURST_FACTOR;
 pub use report::{
-    BenchReport, LatencyHist, LeftOut, LevelHists, LevelOutcome, LevelReport, Progress, RequestRecord,
+    BenchReport, LatencyHist, LeftOut, LevelHists, LevelOutcome, LevelReport, Progress,
+    RequestRecord,
 };
 pub use runner::{Runner, Shaping};
 pub use stats::{Stats, percentile_key};

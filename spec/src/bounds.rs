@@ -136,7 +136,10 @@ pub(super) fn check(ctx: &mut Ctx, root: &Table<'_, '_>, spec: &JobSpec) {
 fn clients(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec) {
     let k = spec.load.clients;
     let at = [K("load"), K("clients")];
-    c.report(&at, check_u32(k, lim::CLIENTS));
+    if let Err(e) = check_u32(k, lim::CLIENTS) {
+        // Out of range: what a split would need says nothing more.
+        return c.report(&at, Err(e));
+    }
     if let Some(cfg) = spec.configs.iter().find(|c| c.target.is_none()) {
         // The other agents would need the engine's port reachable from their hosts, which an
         // engine profile binds to the host it names; a router or Service in front is the
@@ -188,7 +191,9 @@ fn clients(c: &mut Check<'_, '_, '_, '_>, spec: &JobSpec) {
     {
         c.report(
             &[K("load"), K("requests")],
-            Err(format!("{n} requests cannot be split over {k} clients: at least {k}")),
+            Err(format!(
+                "{n} requests cannot be split over {k} clients: at least {k}"
+            )),
         );
     }
     for (i, w) in spec.workloads.iter().enumerate() {

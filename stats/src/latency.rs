@@ -153,7 +153,9 @@ mod tests {
         let mut x: u64 = 12345;
         for i in 0..20_000u64 {
             // A spread of values from 1 µs to ~40 s, deterministic.
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let ns = 1_000 + (x >> 28) % 40_000_000_000 / (1 + i % 7);
             let h: &mut LatencyHist = if i % 3 == 0 { &mut a } else { &mut b };
             h.record(ns);
@@ -180,13 +182,19 @@ mod tests {
     fn bad_parts_are_named() {
         assert_eq!(
             LatencyHist::from_parts(&[5], &[], 0.0, 0, 0).unwrap_err(),
-            PartsError::Lengths { values: 1, counts: 0 }
+            PartsError::Lengths {
+                values: 1,
+                counts: 0
+            }
         );
         assert_eq!(
             LatencyHist::from_parts(&[0], &[1], 0.0, 0, 0).unwrap_err(),
             PartsError::Value(0)
         );
         let empty = LatencyHist::from_parts(&[], &[], 9.0, 1, 2).unwrap();
-        assert_eq!((empty.count(), empty.mean_ns(), empty.extremes_ns()), (0, 0.0, None));
+        assert_eq!(
+            (empty.count(), empty.mean_ns(), empty.extremes_ns()),
+            (0, 0.0, None)
+        );
     }
 }

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use fleetbench_proto::agentpb::{
-    Distribution, LatencyHistogram, LeftOut, LevelClient, LevelClients, LevelOutcome,
-    LevelResult, LoadLevel, PrefixCache,
+    Distribution, LatencyHistogram, LeftOut, LevelClient, LevelClients, LevelOutcome, LevelResult,
+    LoadLevel, PrefixCache,
 };
 use fleetbench_stats::latency::LatencyHist;
 
@@ -97,7 +97,7 @@ pub(crate) fn merge(
     let first = shares.first().ok_or(MergeError::Empty)?;
     let mut out = LevelResult {
         level_index: index,
-        level: Some(level.clone()),
+        level: Some(*level),
         window_s: first.result.window_s,
         ramp_up_s: first.result.ramp_up_s,
         lease_epoch: first.result.lease_epoch,
@@ -152,9 +152,9 @@ pub(crate) fn merge(
         LevelOutcome::Failed as i32
     };
     out.burst = level.request_rate.is_none()
-        && level.concurrency.is_some_and(|c| {
-            out.sent < u64::from(fleetbench_proto::BURST_FACTOR) * u64::from(c)
-        });
+        && level
+            .concurrency
+            .is_some_and(|c| out.sent < u64::from(fleetbench_proto::BURST_FACTOR) * u64::from(c));
     timing(&mut out, shares);
     histograms(&mut out, shares)?;
     out.prefix_cache = Some(PrefixCache {
@@ -324,7 +324,13 @@ mod tests {
     }
 
     /// A client's share: `n` requests with TTFTs from `ttft`, 10 output tokens each.
-    fn share(host: &str, offset_ms: f64, start: i64, n: u64, ttft: impl Fn(u64) -> u64) -> (Share, LatencyHist) {
+    fn share(
+        host: &str,
+        offset_ms: f64,
+        start: i64,
+        n: u64,
+        ttft: impl Fn(u64) -> u64,
+    ) -> (Share, LatencyHist) {
         let mut h = LatencyHist::default();
         for i in 0..n {
             h.record(ttft(i));
@@ -382,14 +388,21 @@ mod tests {
             ..LoadLevel::default()
         };
         let m = merge(3, &level, &[a, b, c]).unwrap();
-        assert_eq!((m.level_index, m.completed, m.sent, m.output_tokens), (3, 600, 600, 6_000));
+        assert_eq!(
+            (m.level_index, m.completed, m.sent, m.output_tokens),
+            (3, 600, 600, 6_000)
+        );
         let mut all = ha.clone();
         all.merge(&hb);
         all.merge(&hc);
         let ttft = m.ttft_ms.unwrap();
         assert_eq!(ttft.count, 600);
         for (k, p) in [("p50", 50.0), ("p99", 99.0)] {
-            assert_eq!(ttft.percentiles[k], all.percentile_ns(p) as f64 / 1e6, "{k}");
+            assert_eq!(
+                ttft.percentiles[k],
+                all.percentile_ns(p) as f64 / 1e6,
+                "{k}"
+            );
         }
         assert!((ttft.mean - all.mean_ns() / 1e6).abs() < 1e-9);
         // The span from the first start to the last response: 10,000 .. 12,100 ms.
@@ -417,7 +430,11 @@ mod tests {
         };
         let m = merge(0, &level, &[a.clone(), b]).unwrap();
         assert_eq!(m.outcome, LevelOutcome::Failed as i32);
-        assert!(m.error.starts_with("client h2: all 5 requests failed"), "{}", m.error);
+        assert!(
+            m.error.starts_with("client h2: all 5 requests failed"),
+            "{}",
+            m.error
+        );
         let mut old = a;
         old.result.histograms = None;
         assert_eq!(

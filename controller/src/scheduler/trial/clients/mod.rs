@@ -39,7 +39,9 @@ struct Part<'a> {
 
 /// `total` split into `k` shares as equal as whole numbers allow (the first ones larger).
 pub(crate) fn split(total: u32, k: u32) -> Vec<u32> {
-    (0..k).map(|i| total / k + u32::from(i < total % k)).collect()
+    (0..k)
+        .map(|i| total / k + u32::from(i < total % k))
+        .collect()
 }
 
 /// The controller's clock, ms, with sub-millisecond resolution.
@@ -96,7 +98,10 @@ pub(super) async fn lease_clients(
                         t
                     }
                 };
-                return Err(TrialOutcome::Interrupted(format!("client host {}: {text}", l.host)));
+                return Err(TrialOutcome::Interrupted(format!(
+                    "client host {}: {text}",
+                    l.host
+                )));
             }
         }
     }
@@ -126,9 +131,8 @@ impl Attempt<'_> {
             let span = self.level_span(index);
             // Any client host's lease ending stops the level (the attempt's own is watched by
             // the attempt).
-            let ended = futures::future::select_all(
-                clients.iter().map(|c| Box::pin(c.lease.ended())),
-            );
+            let ended =
+                futures::future::select_all(clients.iter().map(|c| Box::pin(c.lease.ended())));
             let result = tokio::select! {
                 r = self.split_level(&base, index) => r?,
                 (end, i, _) = ended => {
@@ -164,17 +168,27 @@ impl Attempt<'_> {
     }
 
     /// One level: warm-up, clocks, every client's share from one start, merged.
-    async fn split_level(&self, base: &RunBenchmarkRequest, index: u32) -> Result<LevelResult, Stop> {
+    async fn split_level(
+        &self,
+        base: &RunBenchmarkRequest,
+        index: u32,
+    ) -> Result<LevelResult, Stop> {
         let parts = self.parts();
         let k = parts.len() as u32;
-        let level = base.levels[index as usize].clone();
+        let level = base.levels[index as usize];
         let only = |req: &mut RunBenchmarkRequest| {
-            req.skip_levels = (0..base.levels.len() as u32).filter(|&i| i != index).collect();
+            req.skip_levels = (0..base.levels.len() as u32)
+                .filter(|&i| i != index)
+                .collect();
         };
         if base.warmup_requests > 0 {
             let mut req = base.clone();
             only(&mut req);
-            let slots = level.concurrency.unwrap_or(16).min(base.warmup_requests).max(1);
+            let slots = level
+                .concurrency
+                .unwrap_or(16)
+                .min(base.warmup_requests)
+                .max(1);
             req.levels[index as usize] = agentpb::LoadLevel {
                 concurrency: Some(slots),
                 ..agentpb::LoadLevel::default()
@@ -187,7 +201,11 @@ impl Attempt<'_> {
         }
         let mut clocks = Vec::with_capacity(parts.len());
         for p in &parts {
-            clocks.push(clock(p.client).await.map_err(|s| self.client_stop(p, "GetClock", s))?);
+            clocks.push(
+                clock(p.client)
+                    .await
+                    .map_err(|s| self.client_stop(p, "GetClock", s))?,
+            );
         }
         let concurrency = level.concurrency.map(|c| split(c, k));
         let requests = match base.bound {
@@ -225,7 +243,10 @@ impl Attempt<'_> {
         let mut shares = Vec::with_capacity(parts.len());
         for (((p, clock), share), r) in parts.iter().zip(clocks).zip(levels).zip(results) {
             let result = r?.ok_or_else(|| {
-                Stop::Lost(format!("client {}: RunBenchmark ended without the level", p.host))
+                Stop::Lost(format!(
+                    "client {}: RunBenchmark ended without the level",
+                    p.host
+                ))
             })?;
             shares.push(Share {
                 host: p.host.to_string(),
@@ -238,7 +259,11 @@ impl Attempt<'_> {
     }
 
     /// Runs `req` on one client: its level, its progress relayed as that host's.
-    async fn share(&self, p: &Part<'_>, req: RunBenchmarkRequest) -> Result<Option<LevelResult>, Stop> {
+    async fn share(
+        &self,
+        p: &Part<'_>,
+        req: RunBenchmarkRequest,
+    ) -> Result<Option<LevelResult>, Stop> {
         let mut client = p.client.clone();
         let mut stream = client
             .run_benchmark(req)
@@ -297,7 +322,10 @@ mod tests {
             let s = super::split(total, k);
             assert_eq!(s.len(), k as usize);
             assert_eq!(s.iter().sum::<u32>(), total);
-            assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1, "{s:?}");
+            assert!(
+                s.iter().max().unwrap() - s.iter().min().unwrap() <= 1,
+                "{s:?}"
+            );
         }
     }
 }
