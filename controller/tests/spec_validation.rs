@@ -381,7 +381,10 @@ fn bad_clients() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    for (k, want) in [("0", "must be at least 1, got 0"), ("65", "must be between 1 and 64, got 65")] {
+    for (k, want) in [
+        ("0", "must be at least 1, got 0"),
+        ("65", "must be between 1 and 64, got 65"),
+    ] {
         let text = src.replace("clients = 3", &format!("clients = {k}"));
         let errors: Vec<String> = parse("c.toml", &text)
             .unwrap_err()

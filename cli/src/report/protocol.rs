@@ -50,6 +50,15 @@ struct Errors {
     kinds: BTreeMap<String, u64>,
 }
 
+/// Levels of one (config, workload) split over several client agents.
+#[derive(Default)]
+struct Split {
+    clients: BTreeSet<usize>,
+    hosts: BTreeSet<String>,
+    spread_ms: f64,
+    uncertainty_ms: f64,
+}
+
 /// Per config: error-rate sums by load (x as bits → (x, sum, levels)).
 type RateByLoad<'a> = BTreeMap<&'a str, BTreeMap<u64, (f64, f64, u32)>>;
 
@@ -62,8 +71,18 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
     let mut bursts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut errors: BTreeMap<(String, String), Errors> = BTreeMap::new();
     let mut hosts: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let mut splits: BTreeMap<(String, String), Split> = BTreeMap::new();
     for l in &results.levels {
         let Some(r) = &l.result else { continue };
+        if let Some(c) = &r.clients {
+            let s = splits
+                .entry((l.config_name.clone(), l.workload.clone()))
+                .or_default();
+            s.clients.insert(c.clients.len());
+            s.hosts.extend(c.clients.iter().map(|x| x.host.clone()));
+            s.spread_ms = s.spread_ms.max(c.start_spread_ms);
+            s.uncertainty_ms = s.uncertainty_ms.max(c.clock_uncertainty_ms);
+        }
         hosts
             .entry((l.workload.clone(), l.config_name.clone()))
             .or_default()
@@ -135,6 +154,18 @@ pub fn notes(results: &GetResultsResponse) -> Vec<String> {
              ({:.1}%: {}); latency figures leave them out",
             100.0 * failed as f64 / sent.max(1) as f64,
             kinds.join(", ")
+        ));
+    }
+    for ((config, workload), s) in splits {
+        let counts: Vec<String> = s.clients.iter().map(ToString::to_string).collect();
+        out.push(format!(
+            "clients: {config} on {workload}: each level's load came from {} client agents \
+             ({}), merged exactly; they began within {:.1} ms of each other (clocks known to \
+             ±{:.1} ms); the engine's cache counters are not read for a split level",
+            counts.join(" or "),
+            s.hosts.into_iter().collect::<Vec<_>>().join(", "),
+            s.spread_ms,
+            s.uncertainty_ms
         ));
     }
     // Configs of one workload measured on different hosts: host and config are confounded.
@@ -347,5 +378,40 @@ mod tests {
             n[2]
         );
         assert!(n[3].contains("A on h1; B on h2"), "{}", n[3]);
+    }
+
+    #[test]
+    fn a_split_level_says_from_how_many_clients_and_how_closely_they_began() {
+        use fleetbench_proto::agentpb::{LevelClient, LevelClients};
+        let split = |spread: f64| {
+            move |r: &mut LevelResult| {
+                r.clients = Some(LevelClients {
+                    clients: ["d1", "d2"]
+                        .iter()
+                        .map(|h| LevelClient {
+                            host: h.to_string(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    start_spread_ms: spread,
+                    clock_uncertainty_ms: 0.3,
+                })
+            }
+        };
+        let r = results(vec![
+            level("A", "d1", 8, split(1.5)),
+            level("A", "d1", 64, split(4.25)),
+        ]);
+        let n = notes(&r);
+        assert_eq!(n.len(), 1, "{n:#?}");
+        assert!(
+            n[0].starts_with(
+                "clients: A on random-256-128: each level's load came from 2 client agents \
+                 (d1, d2), merged exactly; they began within 4.2 ms of each other (clocks known \
+                 to ±0.3 ms)"
+            ),
+            "{}",
+            n[0]
+        );
     }
 }
