@@ -3,7 +3,6 @@
 //! every PromQL expression parses and names metrics and labels the controller exports, every
 //! TraceQL attribute is one the docs list.
 
-#[path = "dashboards_common/mod.rs"]
 mod dashboards_common;
 
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -5,7 +5,6 @@
 //! trace (trace context across gRPC), and the metrics documented in docs/observability.md.
 
 mod common;
-#[path = "dashboards_common/mod.rs"]
 mod dashboards_common;
 mod otlp_receiver;
 

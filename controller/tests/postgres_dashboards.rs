@@ -13,7 +13,6 @@
 //! from the stored results, so past jobs show up in the dashboard too.
 
 mod common;
-#[path = "dashboards_common/mod.rs"]
 mod dashboards_common;
 
 use std::collections::{BTreeMap, HashMap};

@@ -17,7 +17,6 @@
 //!   calls a regression runner makes.
 
 mod common;
-#[path = "dashboards_common/mod.rs"]
 mod dashboards_common;
 mod prometheus_server;
 

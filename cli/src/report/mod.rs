@@ -17,6 +17,8 @@ pub mod diff;
 mod html;
 mod json_out;
 mod plots;
+#[cfg(test)]
+mod render_tests;
 pub mod protocol;
 pub mod table;
 

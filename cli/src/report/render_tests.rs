@@ -2,10 +2,6 @@
 //! the page loads without console errors, its SVG plots are in the rendered DOM, and the
 //! screenshot is a full-size, non-blank image.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/report/mod.rs"]
-mod report;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -294,7 +290,7 @@ fn report_renders_in_headless_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let results = results(true);
     let compare = fleetbench_verdicts::compare::compare(&results);
-    let files = report::write_all(&dir.path().join("out"), &results, &compare).unwrap();
+    let files = super::write_all(&dir.path().join("out"), &results, &compare).unwrap();
     let names: Vec<_> = files
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
@@ -417,7 +413,7 @@ fn a_report_without_telemetry_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let results = results(false);
     let compare = fleetbench_verdicts::compare::compare(&results);
-    let files = report::write_all(dir.path(), &results, &compare).unwrap();
+    let files = super::write_all(dir.path(), &results, &compare).unwrap();
     let html = std::fs::read_to_string(&files[2]).unwrap();
     assert!(html.contains("No GPU telemetry: the hosts reported no GPUs"));
     assert!(html.contains("No engine metrics were scraped"));
@@ -436,7 +432,7 @@ fn a_report_without_telemetry_says_so() {
 fn terminal_comparison_shows_winners_crossovers_and_crashes() {
     let results = results(false);
     let compare = fleetbench_verdicts::compare::compare(&results);
-    let text = report::table::render_compare(&compare);
+    let text = super::table::render_compare(&compare);
     assert!(text.contains("Workload random-512"), "{text}");
     assert!(text.contains("winner +"), "{text}");
     assert!(text.contains("CRASHED (python_exception)"), "{text}");
@@ -464,7 +460,7 @@ fn open_loop_levels_plot_against_request_rate() {
         .map(|g| g.level_label.as_str())
         .collect();
     assert_eq!(labels, ["r=0.25/s", "r=4/s", "r=16/s", "r=64/s"]);
-    let files = report::write_all(dir.path(), &results, &compare).unwrap();
+    let files = super::write_all(dir.path(), &results, &compare).unwrap();
     let html = std::fs::read_to_string(&files[2]).unwrap();
     assert!(html.contains("request rate (req/s)"));
     assert!(html.contains("Engine runs") && html.contains("run-b-1"));
@@ -487,7 +483,7 @@ fn two_jobs_in_one_report_keep_their_configs_apart() {
     results.levels.extend(second.levels);
     let compare = fleetbench_verdicts::compare::compare(&results);
     assert_eq!(compare.groups[0].configs.len(), 4);
-    let files = report::write_all(dir.path(), &results, &compare).unwrap();
+    let files = super::write_all(dir.path(), &results, &compare).unwrap();
     let html = std::fs::read_to_string(&files[2]).unwrap();
     for name in ["a@job-1", "b@job-1", "a@job-2-la", "b@job-2-la"] {
         assert!(
