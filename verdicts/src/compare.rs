@@ -459,37 +459,13 @@ fn config_stats(
     } else {
         0.0
     };
-    let not_ok = samples.len() - ok.len();
-    let excluded = if let Some(c) = crashed {
-        let class = c
-            .crash
-            .as_ref()
-            .map(|c| c.class().word())
-            .unwrap_or_else(|| "crash".into());
-        Some(format!(
-            "the engine crashed ({class}) in {} of {} repeats",
-            results
-                .iter()
-                .filter(|r| r.outcome() == LevelOutcome::Crashed)
-                .count(),
-            samples.len()
-        ))
-    } else if ok.is_empty() || not_ok > 0 {
-        Some(format!(
-            "the level failed in {not_ok} of {} repeats",
-            samples.len()
-        ))
-    } else if error_rate > max_error_rate {
-        Some(format!(
-            "error rate {:.2}% ({failed} of {} requests failed) is above the SLO's \
-             max_error_rate {:.2}%",
-            error_rate * 100.0,
-            failed + completed,
-            max_error_rate * 100.0
-        ))
-    } else {
-        None
-    };
+    let excluded = exclusion(
+        &results,
+        samples.len(),
+        ok.len(),
+        (failed, completed),
+        max_error_rate,
+    );
     let stats = ConfigLevelStats {
         config_id: key.config_id.clone(),
         config_name: name,
@@ -509,18 +485,7 @@ fn config_stats(
         crash_class: crashed
             .and_then(|r| r.crash.as_ref())
             .map_or(0, |c| c.class),
-        gpu_power_w: {
-            let watts: Vec<f64> = samples
-                .iter()
-                .filter(|l| {
-                    l.result
-                        .as_ref()
-                        .is_some_and(|r| r.outcome() == LevelOutcome::Ok)
-                })
-                .filter_map(|l| l.gpu_power_w)
-                .collect();
-            (!watts.is_empty()).then(|| mean(&watts))
-        },
+        gpu_power_w: mean_power(samples),
         error_rate,
         excluded_reason: excluded.clone().unwrap_or_default(),
     };
@@ -530,6 +495,66 @@ fn config_stats(
         log_mean,
         excluded,
     }
+}
+
+/// Why a config may not win a level: a crash in some repeat, a failed repeat, or an error rate
+/// above the SLO's `max_error_rate`; `None` when it may. `requests`: (failed, completed).
+fn exclusion(
+    results: &[&agentpb::LevelResult],
+    repeats: usize,
+    ok: usize,
+    (failed, completed): (u64, u64),
+    max_error_rate: f64,
+) -> Option<String> {
+    let crashed: Vec<&&agentpb::LevelResult> = results
+        .iter()
+        .filter(|r| r.outcome() == LevelOutcome::Crashed)
+        .collect();
+    let error_rate = if failed + completed > 0 {
+        failed as f64 / (failed + completed) as f64
+    } else {
+        0.0
+    };
+    if let Some(c) = crashed.first() {
+        let class = c
+            .crash
+            .as_ref()
+            .map(|c| c.class().word())
+            .unwrap_or_else(|| "crash".into());
+        Some(format!(
+            "the engine crashed ({class}) in {} of {repeats} repeats",
+            crashed.len()
+        ))
+    } else if ok == 0 || ok < repeats {
+        Some(format!(
+            "the level failed in {} of {repeats} repeats",
+            repeats - ok
+        ))
+    } else if error_rate > max_error_rate {
+        Some(format!(
+            "error rate {:.2}% ({failed} of {} requests failed) is above the SLO's \
+             max_error_rate {:.2}%",
+            error_rate * 100.0,
+            failed + completed,
+            max_error_rate * 100.0
+        ))
+    } else {
+        None
+    }
+}
+
+/// Mean GPU power over the repeats that ran to the end, where it was measured.
+fn mean_power(samples: &[&StoredLevel]) -> Option<f64> {
+    let watts: Vec<f64> = samples
+        .iter()
+        .filter(|l| {
+            l.result
+                .as_ref()
+                .is_some_and(|r| r.outcome() == LevelOutcome::Ok)
+        })
+        .filter_map(|l| l.gpu_power_w)
+        .collect();
+    (!watts.is_empty()).then(|| mean(&watts))
 }
 
 /// A group's winner and runner-up (by geometric mean output tokens/s among the configs that

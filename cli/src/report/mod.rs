@@ -17,9 +17,9 @@ pub mod diff;
 mod html;
 mod json_out;
 mod plots;
+pub mod protocol;
 #[cfg(test)]
 mod render_tests;
-pub mod protocol;
 pub mod table;
 
 pub use json_out::compare_json;
