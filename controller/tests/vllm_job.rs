@@ -7,10 +7,10 @@
 //! Both configs pin `--max-num-batched-tokens 2048`: vLLM defaults it to `max_num_seqs ×
 //! max_model_len` capped at 2048 (512 for one sequence here, 2048 for eight), so without the pin
 //! the two configs differ in more than the cap, and on a quiet CI machine seqs8 won c=1 by
-//! +15.7% [+8.7% .. +23.1%] in every repeat. Three repeats per config in blocked order (each
-//! repeat's two trials in a shuffled order, analysed paired): a fixed order would leave any
-//! first-or-second-in-the-block effect in the comparison. Six engine starts of 23-70 s each on
-//! 2 cores, about five minutes in all. Every level runs after a
+//! +15.7% [+8.7% .. +23.1%] in every repeat. Three repeats per config, interleaved and tested
+//! as two samples (4 df): the blocked order's paired test has 2 df at three repeats, and on a
+//! machine loaded by parallel builds (spreads of ±50%) it missed even the 4.5× difference at
+//! c=8. Six engine starts of 23-70 s each on 2 cores, about five minutes in all. Every level runs after a
 //! prefix-cache reset (dev mode in the profile's env), and the stored cache figure is vLLM's own.
 //!
 //! Beside it, an A/A job (two configs differing only in the sampling seed, 2 repeats at concurrency 4: four
@@ -74,7 +74,7 @@ async fn max_num_seqs_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
     let spec = format!(
         r#"name = "vllm-ab"
 repeats = 3
-order = "blocked"
+order = "interleaved"
 
 [[configs]]
 name = "seqs1"
