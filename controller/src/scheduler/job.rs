@@ -116,7 +116,7 @@ fn placeable(
     spec: &spec::JobSpec,
     job_id: &str,
     queue: &Queue,
-) -> Option<(usize, crate::agents::Lease)> {
+) -> Option<(usize, Vec<crate::agents::Lease>)> {
     let matches = |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
     // Every host's facts, taken only for a trial that lost a host: a copy of the whole fleet per
     // placement made placing 1,000 trials on 1,000 hosts quadratic.
@@ -155,14 +155,39 @@ fn placeable(
                         None => !held.contains(&h.name) && not_lost(h),
                     }
             };
+            // A gang's block is pinned to its rank 0; its other ranks take any free host no
+            // other block holds.
+            let nodes = trial::gang_nodes(spec, t);
+            if nodes > 1 {
+                let gang = |h: &HostSnapshot, taken: &[HostSnapshot]| {
+                    let free = || matches(h) && !held.contains(&h.name) && not_lost(h);
+                    let ok = if taken.is_empty() { fits(h) } else { free() };
+                    ok && trial::gang_fits(spec, t, h, taken)
+                };
+                if let Some(leases) = ctx.inventory.acquire_all(job_id, nodes, gang) {
+                    return Some((i, leases));
+                }
+                continue;
+            }
             if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
-                return Some((i, lease));
+                return Some((i, vec![lease]));
             }
             continue;
         }
         let fits = |h: &HostSnapshot| matches(h) && not_lost(h);
+        // An engine spanning hosts takes all its hosts at once (`trial::gang`).
+        let nodes = trial::gang_nodes(spec, t);
+        if nodes > 1 {
+            let gang = |h: &HostSnapshot, taken: &[HostSnapshot]| {
+                fits(h) && trial::gang_fits(spec, t, h, taken)
+            };
+            if let Some(leases) = ctx.inventory.acquire_all(job_id, nodes, gang) {
+                return Some((i, leases));
+            }
+            continue;
+        }
         if let Some(lease) = ctx.inventory.acquire(job_id, fits) {
-            return Some((i, lease));
+            return Some((i, vec![lease]));
         }
     }
     None
@@ -317,18 +342,18 @@ async fn schedule(
     loop {
         let stop = cancel.is_cancelled() || failure.is_some();
         if !stop {
-            while let Some((i, lease)) = placeable(ctx, spec, job_id, queue) {
+            while let Some((i, leases)) = placeable(ctx, spec, job_id, queue) {
                 let mut t = queue.trials.remove(i).expect("index from placeable");
                 if queue.blocked {
-                    queue.pins.insert(block(&t), lease.host.clone());
+                    queue.pins.insert(block(&t), leases[0].host.clone());
                 }
                 t.attempts = ctx.store.next_attempt(&t.id).await?;
-                used_hosts.insert(lease.host.clone());
+                used_hosts.extend(leases.iter().map(|l| l.host.clone()));
                 let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), trials.child_token());
                 running.spawn(
                     async move {
-                        let host = lease.host.clone();
-                        let outcome = trial::run_trial(&ctx2, &spec2, &t, lease, token).await;
+                        let (host, outcome) =
+                            trial::run_placed(&ctx2, &spec2, &t, leases, token).await;
                         (t, host, outcome)
                     }
                     .in_current_span(),

@@ -25,7 +25,10 @@ use crate::agents::{AgentClient, Lease};
 use crate::store::{StoreError, TrialRow};
 use fleetbench_spec::JobSpec;
 
+mod gang;
 mod levels;
+
+pub(crate) use gang::{fits as gang_fits, nodes as gang_nodes};
 
 /// How a trial attempt ended.
 #[derive(Debug)]
@@ -95,10 +98,31 @@ struct Attempt<'a> {
     lease: &'a AgentLease,
     /// GPU power samples the telemetry relay keeps for this attempt's levels.
     power: telemetry::PowerLog,
+    /// The other ranks when this attempt is rank 0 of an engine spanning hosts (`gang`).
+    gang: Option<&'a gang::Ranks>,
+}
+
+/// Runs one attempt of `trial` on the hosts placed for it: one host, or a gang's (rank order,
+/// see `gang`). Returns the host to blame for the outcome with the outcome.
+pub(crate) async fn run_placed(
+    ctx: &Ctx,
+    spec: &JobSpec,
+    trial: &TrialRow,
+    mut leases: Vec<Lease>,
+    cancel: CancellationToken,
+) -> (String, TrialOutcome) {
+    if leases.len() > 1 {
+        return gang::run(ctx, spec, trial, leases, cancel).await;
+    }
+    let lease = leases
+        .pop()
+        .expect("a trial is placed on one host at least");
+    let host = lease.host.clone();
+    (host, run_trial(ctx, spec, trial, lease, cancel).await)
 }
 
 /// Runs one attempt of `trial` on the leased host.
-pub(crate) async fn run_trial(
+async fn run_trial(
     ctx: &Ctx,
     spec: &JobSpec,
     trial: &TrialRow,
@@ -179,6 +203,7 @@ pub(crate) async fn run_trial(
             cancel,
             lease: &agent_lease,
             power: telemetry::PowerLog::with_interval(ctx.telemetry_interval),
+            gang: None,
         };
         let outcome = a.attempt(&run_id).await;
         agent_lease.release().await;
@@ -309,6 +334,9 @@ impl Attempt<'_> {
     }
 
     async fn body(&mut self) -> Result<(), Stop> {
+        if let Some(g) = self.gang {
+            return g.body(self).await;
+        }
         let total = self.trial.level_count as usize;
         let mut rounds = 0;
         loop {
@@ -375,8 +403,10 @@ impl Attempt<'_> {
             otel.status_description = tracing::field::Empty,
         );
         async {
+            let mut spec = self.spec.engine_spec(self.trial.config_index as usize);
+            spec.gang = self.gang.map(|g| g.pb(0));
             let req = ApplyEngineRequest {
-                spec: Some(self.spec.engine_spec(self.trial.config_index as usize)),
+                spec: Some(spec),
                 run_id: self.run.run_id.clone(),
                 lease_epoch: self.lease.epoch,
             };
