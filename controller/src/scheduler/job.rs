@@ -124,13 +124,17 @@ fn placeable(
     for (i, t) in queue.trials.iter().enumerate() {
         // A host this trial was lost on takes it again only when no other host could ever
         // take it (a host that refuses leases as a host fault still answers heartbeats).
+        // A gang needs `nodes` hosts: it goes back to hosts it was lost on when the others
+        // are too few.
+        let nodes = trial::gang_nodes(spec, t);
         let lost = queue.lost.get(&t.id);
         let only_lost_hosts_match = lost.is_some_and(|lost| {
             snapshots
                 .get_or_insert_with(|| ctx.inventory.snapshots())
                 .iter()
-                .filter(|h| matches(h))
-                .all(|h| lost.contains(&h.name))
+                .filter(|h| matches(h) && !lost.contains(&h.name))
+                .count()
+                < nodes
         });
         let not_lost =
             |h: &HostSnapshot| only_lost_hosts_match || lost.is_none_or(|l| !l.contains(&h.name));
@@ -157,7 +161,6 @@ fn placeable(
             };
             // A gang's block is pinned to its rank 0; its other ranks take any free host no
             // other block holds.
-            let nodes = trial::gang_nodes(spec, t);
             if nodes > 1 {
                 let gang = |h: &HostSnapshot, taken: &[HostSnapshot]| {
                     let free = || matches(h) && !held.contains(&h.name) && not_lost(h);
@@ -176,7 +179,6 @@ fn placeable(
         }
         let fits = |h: &HostSnapshot| matches(h) && not_lost(h);
         // An engine spanning hosts takes all its hosts at once (`trial::gang`).
-        let nodes = trial::gang_nodes(spec, t);
         if nodes > 1 {
             let gang = |h: &HostSnapshot, taken: &[HostSnapshot]| {
                 fits(h) && trial::gang_fits(spec, t, h, taken)
