@@ -25,6 +25,7 @@ pub fn crash_class_to_proto(c: CrashClass) -> agentpb::CrashClass {
         CrashClass::PythonException => agentpb::CrashClass::PythonException,
         CrashClass::CudaError => agentpb::CrashClass::CudaError,
         CrashClass::Nccl => agentpb::CrashClass::Nccl,
+        CrashClass::RankLost => agentpb::CrashClass::RankLost,
         CrashClass::PortInUse => agentpb::CrashClass::PortInUse,
         CrashClass::StartupTimeout => agentpb::CrashClass::StartupTimeout,
         CrashClass::KilledBySignal => agentpb::CrashClass::KilledBySignal,

@@ -16,9 +16,7 @@
 //! not.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetbench_controller::store::Store;
@@ -30,173 +28,15 @@ use fleetbench_proto::controllerpb::{
     controller_client::ControllerClient, job_event,
 };
 use fleetbench_support::tls::{DevCerts, client_tls, generate_dev_certs};
+
+mod common;
+use common::netns::{Net, NsProc as Proc, in_netns, set_link};
 use tonic::transport::{Channel, Endpoint};
 
 const AGENTS: [&str; 3] = ["a1", "a2", "a3"];
 const API_PORT: u16 = 7070;
 const AGENT_PORT: u16 = 7443;
 const LEASE_TTL_S: u64 = 3;
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("run ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The test's network: a bridge in a namespace of its own and one namespace per member, each
-/// joined to the bridge by a veth pair. Dropped, it deletes every namespace (and so every link).
-struct Net {
-    prefix: String,
-    subnet: u8,
-    namespaces: Vec<String>,
-}
-
-impl Net {
-    fn build(members: &[&str]) -> Net {
-        let pid = std::process::id();
-        let mut net = Net {
-            prefix: format!("fbpart{pid}"),
-            subnet: (pid % 200) as u8 + 20,
-            namespaces: Vec::new(),
-        };
-        let br = net.ns("br");
-        ip(&["netns", "add", &br]);
-        net.namespaces.push(br.clone());
-        ip(&["-n", &br, "link", "add", "br0", "type", "bridge"]);
-        ip(&["-n", &br, "link", "set", "br0", "up"]);
-        for (i, m) in members.iter().enumerate() {
-            let ns = net.ns(m);
-            ip(&["netns", "add", &ns]);
-            net.namespaces.push(ns.clone());
-            // Link names live inside the namespaces: no clash with anything else on the host.
-            let leg = format!("b-{m}");
-            ip(&[
-                "link", "add", "eth0", "netns", &ns, "type", "veth", "peer", "name", &leg, "netns",
-                &br,
-            ]);
-            ip(&["-n", &br, "link", "set", &leg, "master", "br0"]);
-            ip(&["-n", &br, "link", "set", &leg, "up"]);
-            let addr = format!("{}/24", net.addr(i));
-            ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"]);
-            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
-            ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        }
-        net
-    }
-
-    fn ns(&self, member: &str) -> String {
-        format!("{}{member}", self.prefix)
-    }
-
-    /// The address of the i-th member.
-    fn addr(&self, i: usize) -> String {
-        format!("10.213.{}.{}", self.subnet, 10 + i)
-    }
-}
-
-/// Cuts (or heals) a member's link at the bridge of the network named `prefix`: its packets go
-/// nowhere, and nothing tells either side (no RST, no FIN), as with a switch port or a cable gone.
-fn set_link(prefix: &str, member: &str, up: bool) {
-    ip(&[
-        "-n",
-        &format!("{prefix}br"),
-        "link",
-        "set",
-        &format!("b-{member}"),
-        if up { "up" } else { "down" },
-    ]);
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in self.namespaces.iter().rev() {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-/// A workspace binary run inside a namespace; stopped (SIGTERM, then SIGKILL) when dropped.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(ns: &str, bin: &str, config: &Path, log: PathBuf) -> Proc {
-        let out = log.with_extension("out");
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(fleetbench_testkit::workspace_bin(bin))
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "info,fleetbench_agent=debug")
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn ip netns exec");
-        let p = Proc { child, log };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut text = String::new();
-            let _ = std::fs::File::open(&out).and_then(|mut f| f.read_to_string(&mut text));
-            if text.contains(" listening on ") {
-                return p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{bin} in {ns} did not start; log:\n{}",
-                p.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs `f` on a thread inside network namespace `ns` (sockets are made in the namespace of
-/// the thread that creates them), with a runtime of its own.
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        use std::os::fd::AsRawFd;
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        // SAFETY: setns on a valid namespace descriptor changes only this thread's namespace.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-}
 
 fn spec(hosts: &[&str]) -> String {
     let names: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
@@ -252,19 +92,9 @@ fn pid_alive(pid: u32) -> bool {
 
 #[test]
 fn a_partitioned_agent_stops_its_engine_and_its_trial_finishes_elsewhere() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the partition test needs root (network namespaces), and CI runs as root"
-        );
-        eprintln!("SKIPPED: needs root to build network namespaces");
+    if !common::netns::have_root("the partition test") {
         return;
     }
-    assert!(
-        Command::new("ip").arg("-V").output().is_ok(),
-        "the partition test needs `ip` (iproute2; scripts/test.sh installs it)"
-    );
     let dir = tempfile::tempdir().unwrap();
     let certs = generate_dev_certs(&dir.path().join("certs"), &[], false).unwrap();
     let mut members = vec!["c"];

@@ -399,3 +399,47 @@ fn bad_clients() {
         );
     }
 }
+
+#[test]
+fn bad_nodes() {
+    assert_errors(
+        "bad_nodes.toml",
+        &[
+            "bad_nodes.toml:7: configs[0].nodes: must be between 1 and 64, got 0",
+            "bad_nodes.toml:13: configs[1].nodes: must be between 1 and 64, got 65",
+            "bad_nodes.toml:19: configs[2].nodes: engine llamacpp cannot span hosts: nodes = 2 needs sglang, vllm or sim (a rank per host, started with the engine's own rendezvous flags)",
+            "bad_nodes.toml:21: configs[3].nodes: a config with a target starts no engine, so it takes no nodes (the endpoint is configured where it runs)",
+            "bad_nodes.toml:31: configs[4].flags.\"--node-rank\": --node-rank is set by the controller for each rank of a config with nodes > 1; a config gives nodes, never the rendezvous flags",
+        ],
+    );
+}
+
+#[test]
+fn nodes_make_a_config_of_their_own() {
+    let text = r#"name = "gang"
+[[configs]]
+name = "one"
+engine = "sim"
+model = "m"
+[[configs]]
+name = "two"
+extends = "one"
+nodes = 2
+[[workloads]]
+name = "w"
+dataset = "random"
+input_len = 16
+output_len = 16
+[load]
+concurrency = [1]
+requests = 4
+"#;
+    let spec = parse("gang.toml", text).unwrap();
+    assert_eq!((spec.configs[0].nodes, spec.configs[1].nodes), (1, 2));
+    assert_ne!(spec.configs[0].config_id, spec.configs[1].config_id);
+    assert!(
+        spec.configs[1]
+            .config_id
+            .starts_with(&spec.configs[0].config_id)
+    );
+}

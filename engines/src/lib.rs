@@ -9,6 +9,7 @@
 //!   its log tail.
 //! - [`metrics`]: an engine's Prometheus `/metrics` mapped to common names.
 //! - [`cache`]: emptying an engine's prefix cache, and its own figure of what it served from it.
+//! - [`gang`]: one engine spanning hosts: each rank's rendezvous flags, per kind.
 //! - [`defaults`]: the built-in profile data per kind (program, fixed args, probes, timeouts).
 //!
 //! Each kind's knowledge of all of the above lives in one module, `engine::<kind>`, reached
@@ -21,6 +22,7 @@ pub mod crash;
 pub mod defaults;
 mod engine;
 pub mod flags;
+pub mod gang;
 mod identity;
 mod kind;
 pub mod logs;

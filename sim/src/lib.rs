@@ -12,6 +12,7 @@ pub mod args;
 pub mod body;
 pub mod engine;
 pub mod faults;
+pub mod gang;
 pub mod logs;
 pub mod metrics;
 pub mod model;

@@ -122,6 +122,14 @@ async fn run(args: SimArgs) -> ExitCode {
         timer.clone(),
     );
     tokio::spawn(serve(listener, state.clone()));
+    // A rank of an engine spanning hosts meets its peers before it loads anything, as
+    // torch.distributed's init comes first in SGLang.
+    if args.nnodes > 1 {
+        match fleetbench_sim::gang::join(&args).await {
+            Ok(peers) => fleetbench_sim::gang::watch(args.node_rank, peers),
+            Err(_) => return ExitCode::FAILURE,
+        }
+    }
     match startup::run(&args, &fields).await {
         StartupOutcome::Failed => return ExitCode::FAILURE,
         StartupOutcome::Ready => {}

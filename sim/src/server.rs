@@ -160,6 +160,13 @@ async fn handle(
         std::future::pending::<()>().await;
     }
     let path = req.uri().path().to_string();
+    // A rank above 0 of an engine spanning hosts serves its health alone, as SGLang's do.
+    if state.args.node_rank > 0 && !matches!(path.as_str(), "/health" | "/health_generate") {
+        return Ok(json_resp(
+            StatusCode::NOT_FOUND,
+            &json!({"detail": "Not Found"}),
+        ));
+    }
     let resp = match (req.method(), path.as_str()) {
         (&Method::GET, "/health" | "/health_generate" | "/ready") => {
             if state.ready.load(Relaxed) {

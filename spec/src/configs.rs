@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use fleetbench_engines::{EngineKind, config_id};
+use fleetbench_proto::limits::{self as lim, check_u32};
 use toml::de::DeValue;
 
 use super::ConfigSpec;
@@ -21,6 +22,7 @@ const CONFIG_KEYS: &[&str] = &[
     "flags",
     "env",
     "target",
+    "nodes",
 ];
 
 /// A flag's value as written. `false` is kept (not dropped) so that it can switch off a flag
@@ -57,6 +59,8 @@ struct RawConfig {
     target: Option<ExternalTarget>,
     /// `target` is written, valid or not (an invalid one is already reported).
     target_written: bool,
+    /// `nodes`, with where it was written.
+    nodes: Option<(u32, Span)>,
     /// Some field could not be read; its error is already recorded.
     broken: bool,
 }
@@ -72,6 +76,7 @@ struct Merged {
     env: BTreeMap<String, String>,
     target: Option<ExternalTarget>,
     target_written: bool,
+    nodes: Option<(u32, Span)>,
     broken: bool,
 }
 
@@ -153,6 +158,9 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
     let target = t
         .table(ctx, "target")
         .and_then(|tt| super::target::target(ctx, &tt));
+    let nodes = t
+        .u32(ctx, "nodes", 0)
+        .and_then(|n| Some((n, t.get("nodes")?.span())));
     RawConfig {
         name,
         name_span: t.key_span("name"),
@@ -167,6 +175,7 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
         env,
         target,
         target_written: t.has("target"),
+        nodes,
         broken: ctx.errors.len() > errors_before,
     }
 }
@@ -296,6 +305,9 @@ fn merge(ctx: &mut Ctx, raws: &[RawConfig], i: usize, stack: &mut Vec<usize>) ->
         merged.target.clone_from(&raw.target);
     }
     merged.target_written |= raw.target_written;
+    if raw.nodes.is_some() {
+        merged.nodes.clone_from(&raw.nodes);
+    }
     Some(merged)
 }
 
@@ -308,6 +320,9 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
     if let Some(target) = merged.target {
         return finish_external(ctx, raw, name, merged.engine, merged.model, target, {
             let mut owned = Vec::new();
+            if merged.nodes.is_some() {
+                owned.push("nodes");
+            }
             if merged.profile.is_some() {
                 owned.push("profile");
             }
@@ -354,10 +369,22 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
         }
         flags.push((flag.clone(), value));
     }
+    let nodes = match nodes(ctx, raw, kind, merged.nodes.as_ref()) {
+        Some(n) => n,
+        None => {
+            ok = false;
+            1
+        }
+    };
     if !ok {
         return None;
     }
-    let config_id = config_id(kind, &model, &flags, &merged.env);
+    let mut config_id = config_id(kind, &model, &flags, &merged.env);
+    // The same flags on more hosts are another config: the rank count is part of its identity
+    // (each rank's engine still has the flags' id, which the agent reports).
+    if nodes > 1 {
+        config_id.push_str(&format!("-{nodes}n"));
+    }
     Some(ConfigSpec {
         name,
         kind,
@@ -367,7 +394,34 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
         env: merged.env,
         config_id,
         target: None,
+        nodes,
     })
+}
+
+/// `nodes`: within its bounds, and above 1 only for an engine that can span hosts.
+fn nodes(
+    ctx: &mut Ctx,
+    raw: &RawConfig,
+    kind: EngineKind,
+    written: Option<&(u32, Span)>,
+) -> Option<u32> {
+    let Some((n, span)) = written else {
+        return Some(1);
+    };
+    let field = format!("{}.nodes", raw.path);
+    if let Err(msg) = check_u32(*n, lim::NODES) {
+        ctx.error(Some(span), &field, msg);
+        return None;
+    }
+    if *n > 1 && !fleetbench_engines::gang::spans_hosts(kind) {
+        let msg = format!(
+            "engine {kind} cannot span hosts: nodes = {n} needs sglang, vllm or sim (a rank per \
+             host, started with the engine's own rendezvous flags)"
+        );
+        ctx.error(Some(span), &field, msg);
+        return None;
+    }
+    Some(*n)
 }
 
 /// A config that is an external target: no engine is started, so whatever would configure
@@ -404,5 +458,6 @@ fn finish_external(
         env: BTreeMap::new(),
         config_id,
         target: Some(target),
+        nodes: 1,
     })
 }

@@ -27,6 +27,18 @@ pub(crate) fn check(
     if fleetbench_engines::flags::builtin_rules(kind).is_empty() {
         return Ok(());
     }
+    // The rendezvous of an engine spanning hosts is the controller's (`nodes`), under any
+    // profile: the agent refuses these flags too.
+    let bare = name.split_once('=').map_or(name, |(n, _)| n);
+    if fleetbench_engines::gang::gang_pins(kind).contains(&bare) {
+        return Err(Problem {
+            about_name: true,
+            message: format!(
+                "{bare} is set by the controller for each rank of a config with nodes > 1; \
+                 a config gives nodes, never the rendezvous flags"
+            ),
+        });
+    }
     // A risky flag (remote code, JSON configs, loaders) is off on the built-in profile: say so
     // and how to turn it on, rather than "not a flag".
     if let Err(e @ FlagError::Gated { .. }) =

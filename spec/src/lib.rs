@@ -106,6 +106,9 @@ pub struct ConfigSpec {
     pub config_id: String,
     /// An endpoint fleetbench does not own: no engine is started, the load goes to it.
     pub target: Option<ExternalTarget>,
+    /// Hosts the engine spans (`nodes`, default 1): above 1, one rank per host, started
+    /// together by the controller with the engine's own rendezvous flags.
+    pub nodes: u32,
 }
 
 /// One workload: what the load generator sends.

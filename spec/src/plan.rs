@@ -106,6 +106,7 @@ impl JobSpec {
                 .collect(),
             env: c.env.clone().into_iter().collect(),
             port: 0,
+            gang: None,
         }
     }
 

@@ -58,6 +58,9 @@ pub struct RawProfile {
     allowed_env: Option<Vec<RawEnvEntry>>,
     host: Option<String>,
     port: Option<u16>,
+    /// The port rank 0 of an engine spanning hosts listens on for its peers when this host
+    /// runs rank 0 (see `plan`); none: this host is never rank 0 of a gang.
+    rendezvous_port: Option<u16>,
     health_path: Option<String>,
     metrics_path: Option<String>,
     stop_signal: Option<String>,
@@ -97,6 +100,8 @@ pub struct Profile {
     pub allowed_env: Vec<EnvRule>,
     pub host: String,
     pub port: u16,
+    /// `rendezvous_port`; 0: none.
+    pub rendezvous_port: u16,
     pub health_path: String,
     /// `None`: the engine has no Prometheus endpoint.
     pub metrics_path: Option<String>,
@@ -147,6 +152,9 @@ pub enum RequestError {
     /// More environment variables than any engine needs.
     #[error("env: at most {MAX_ENV_VARS} variables, got {0}")]
     TooManyEnv(usize),
+    /// A rank of an engine spanning hosts that this kind or these values cannot make.
+    #[error("gang: {0}")]
+    Gang(#[from] fleetbench_engines::gang::GangError),
     /// The profile's program cannot be found or run.
     #[error("program {program:?} of profile {profile:?}: {reason}")]
     Program {
@@ -219,6 +227,7 @@ impl Profile {
                     allowed_env: None,
                     host: None,
                     port: None,
+                    rendezvous_port: None,
                     health_path: None,
                     metrics_path: None,
                     stop_signal: None,
@@ -335,6 +344,28 @@ impl Profile {
         };
         let host = raw.host.unwrap_or_else(|| "127.0.0.1".into());
         let port = raw.port.unwrap_or(d.default_port);
+        let rendezvous_port = match raw.rendezvous_port {
+            None => 0,
+            Some(0) => {
+                return Err(ConfigError::field(
+                    field("rendezvous_port"),
+                    "0 is not a TCP port (leave the field out for none)",
+                ));
+            }
+            Some(p) if p == port => {
+                return Err(ConfigError::field(
+                    field("rendezvous_port"),
+                    format!("{p} is the engine's own port"),
+                ));
+            }
+            Some(_) if !fleetbench_engines::gang::spans_hosts(raw.kind) => {
+                return Err(ConfigError::field(
+                    field("rendezvous_port"),
+                    format!("engine kind {} cannot span hosts", raw.kind),
+                ));
+            }
+            Some(p) => p,
+        };
         let health_path = raw.health_path.unwrap_or_else(|| d.health_path.to_string());
         if !health_path.starts_with('/') {
             return Err(ConfigError::field(
@@ -402,6 +433,7 @@ impl Profile {
             allowed_env,
             host,
             port,
+            rendezvous_port,
             health_path,
             metrics_path,
             stop_signal,
@@ -429,6 +461,7 @@ impl Profile {
                 })
                 .collect(),
             allows_any_model: self.models.any,
+            rendezvous_port: u32::from(self.rendezvous_port),
         }
     }
 }

@@ -100,6 +100,26 @@ impl Profile {
         // The engine's list may add spellings of a pinned setting: pins are resolved with it.
         let mut pinned = flags.pinned(&self.args);
         pinned.extend(self.pinned.iter().cloned());
+        // A rendezvous is the controller's to choose (`spec.gang`), never a caller flag's: the
+        // kind's rendezvous flags are pinned whether or not this run is a rank, and so is every
+        // flag the gang adds.
+        let rendezvous: Vec<String> = fleetbench_engines::gang::gang_pins(self.kind)
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        pinned.extend(flags.pinned(&rendezvous));
+        let gang_args = match &spec.gang {
+            None => Vec::new(),
+            Some(g) => fleetbench_engines::gang::gang_args(
+                self.kind,
+                &fleetbench_engines::gang::Gang {
+                    nnodes: g.nnodes,
+                    node_rank: g.node_rank,
+                    dist_init_addr: g.dist_init_addr.clone(),
+                },
+            )?,
+        };
+        pinned.extend(flags.pinned(&gang_args));
         let checked = flags.check_all(
             spec.flags
                 .iter()
@@ -148,6 +168,7 @@ impl Profile {
         let mut argv = vec![program.to_string_lossy().into_owned()];
         argv.extend(fixed);
         argv.extend(flag_args);
+        argv.extend(gang_args);
         let base_url = format!("http://{}:{port}", url_host(&self.host));
         let config_id = fleetbench_engines::config_id(self.kind, model, &flags, &spec_env);
         let mut spec = spec.clone();

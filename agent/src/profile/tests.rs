@@ -20,6 +20,7 @@ fn spec(flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
             .collect(),
         env: Default::default(),
         port: 4242,
+        gang: None,
     }
 }
 
@@ -104,4 +105,94 @@ fn programs_resolve_or_are_named() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("profiles.x.program"), "{err}");
+}
+
+fn sim_profile(extra: &str) -> Profile {
+    let text =
+        format!("kind = \"sim\"\nprogram = \"/bin/sleep\"\nport = 4242\nmodels = [\"m\"]\n{extra}");
+    crate::config::profile_from_toml("s", &text).unwrap()
+}
+
+#[test]
+fn a_gang_adds_the_engines_rendezvous_flags_and_pins_them() {
+    let p = sim_profile("rendezvous_port = 5000\n");
+    assert_eq!(p.info().rendezvous_port, 5000);
+    let mut s = spec(&[("--ttft-ms", Some("5"))]);
+    s.profile = "s".into();
+    s.model = "m".into();
+    let alone = p.plan(&s).unwrap();
+    s.gang = Some(agentpb::Gang {
+        nnodes: 2,
+        node_rank: 1,
+        dist_init_addr: "10.0.0.1:5000".into(),
+    });
+    let rank = p.plan(&s).unwrap();
+    let tail: Vec<&str> = rank
+        .argv
+        .iter()
+        .rev()
+        .take(6)
+        .rev()
+        .map(|a| a.as_str())
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--dist-init-addr",
+            "10.0.0.1:5000"
+        ]
+    );
+    // Every rank runs the same config: the gang is not part of its identity.
+    assert_eq!(rank.config_id, alone.config_id);
+    // A caller's rendezvous flag is refused by name, gang or not.
+    for flag in ["--nnodes", "--node-rank", "--dist-init-addr"] {
+        let mut bad = s.clone();
+        bad.flags.push(agentpb::Flag {
+            name: flag.into(),
+            value: Some("1".into()),
+        });
+        let e = p.plan(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains(flag) && e.contains("set by the agent"),
+            "{flag}: {e}"
+        );
+        bad.gang = None;
+        assert!(p.plan(&bad).is_err(), "{flag} without a gang");
+    }
+    // Values that make no gang are refused naming the field.
+    s.gang.as_mut().unwrap().node_rank = 2;
+    let e = p.plan(&s).unwrap_err().to_string();
+    assert!(e.contains("node_rank"), "{e}");
+}
+
+#[test]
+fn llamacpp_refuses_a_gang_and_a_rendezvous_port() {
+    let text =
+        "kind = \"llamacpp\"\nprogram = \"/bin/sleep\"\nmodels = [\"m\"]\nrendezvous_port = 5000\n";
+    let e = crate::config::profile_from_toml("l", text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rendezvous_port") && e.contains("cannot span hosts"),
+        "{e}"
+    );
+    let p = crate::config::profile_from_toml(
+        "l",
+        "kind = \"llamacpp\"\nprogram = \"/bin/sleep\"\nmodels = [\"m\"]\n",
+    )
+    .unwrap();
+    let mut s = spec(&[]);
+    s.profile = "l".into();
+    s.model = "m".into();
+    s.gang = Some(agentpb::Gang {
+        nnodes: 2,
+        node_rank: 0,
+        dist_init_addr: "10.0.0.1:5000".into(),
+    });
+    let e = p.plan(&s).unwrap_err().to_string();
+    assert!(e.contains("llamacpp cannot span hosts"), "{e}");
 }

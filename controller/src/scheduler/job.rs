@@ -118,7 +118,6 @@ fn placeable(
     job_id: &str,
     queue: &Queue,
 ) -> Option<(usize, Vec<crate::agents::Lease>)> {
-    let n = spec.load.clients.max(1) as usize;
     let matches = |h: &HostSnapshot| spec.hosts.matches(&h.name, &h.labels, Some(&h.facts));
     // Every host's facts, taken only for a trial that lost a host: a copy of the whole fleet per
     // placement made placing 1,000 trials on 1,000 hosts quadratic.
@@ -126,13 +125,23 @@ fn placeable(
     for (i, t) in queue.trials.iter().enumerate() {
         // A host this trial was lost on takes it again only when no other host could ever
         // take it (a host that refuses leases as a host fault still answers heartbeats).
+        // A gang needs `nodes` hosts: it goes back to hosts it was lost on when the others
+        // are too few.
+        let nodes = trial::gang_nodes(spec, t);
+        // Hosts the trial holds at once: a gang's ranks, or a split level's client hosts.
+        let n = if nodes > 1 {
+            nodes
+        } else {
+            spec.load.clients.max(1) as usize
+        };
         let lost = queue.lost.get(&t.id);
         let only_lost_hosts_match = lost.is_some_and(|lost| {
             snapshots
                 .get_or_insert_with(|| ctx.inventory.snapshots())
                 .iter()
-                .filter(|h| matches(h))
-                .all(|h| lost.contains(&h.name))
+                .filter(|h| matches(h) && !lost.contains(&h.name))
+                .count()
+                < n
         });
         let not_lost =
             |h: &HostSnapshot| only_lost_hosts_match || lost.is_none_or(|l| !l.contains(&h.name));
@@ -150,21 +159,33 @@ fn placeable(
                 .filter(|(k, _)| **k != b && queue.trials.iter().any(|u| block(u) == **k))
                 .map(|(_, h)| h)
                 .collect();
-            // The block's host is the trial's own; client hosts are any others that match.
-            let fits = |h: &HostSnapshot, taken: &[HostSnapshot]| {
+            // The block's host is the trial's own (a gang's rank 0); its other hosts (ranks,
+            // client hosts) are any free ones that no other block holds.
+            let first = |h: &HostSnapshot| {
                 matches(h)
-                    && match (taken.is_empty(), pinned) {
-                        (true, Some(p)) => &h.name == p,
-                        (true, None) => !held.contains(&h.name) && not_lost(h),
-                        (false, _) => not_lost(h),
+                    && match pinned {
+                        Some(p) => &h.name == p,
+                        None => !held.contains(&h.name) && not_lost(h),
                     }
+            };
+            let fits = |h: &HostSnapshot, taken: &[HostSnapshot]| {
+                let ok = if taken.is_empty() {
+                    first(h)
+                } else {
+                    matches(h) && !held.contains(&h.name) && not_lost(h)
+                };
+                ok && (nodes <= 1 || trial::gang_fits(spec, t, h, taken))
             };
             if let Some(leases) = ctx.inventory.acquire_all(job_id, n, fits) {
                 return Some((i, leases));
             }
             continue;
         }
-        let fits = |h: &HostSnapshot, _: &[HostSnapshot]| matches(h) && not_lost(h);
+        // An engine spanning hosts takes all its hosts at once (`trial::gang`), as a split
+        // level takes its client hosts.
+        let fits = |h: &HostSnapshot, taken: &[HostSnapshot]| {
+            matches(h) && not_lost(h) && (nodes <= 1 || trial::gang_fits(spec, t, h, taken))
+        };
         if let Some(leases) = ctx.inventory.acquire_all(job_id, n, fits) {
             return Some((i, leases));
         }
@@ -321,21 +342,18 @@ async fn schedule(
     loop {
         let stop = cancel.is_cancelled() || failure.is_some();
         if !stop {
-            while let Some((i, mut leases)) = placeable(ctx, spec, job_id, queue) {
+            while let Some((i, leases)) = placeable(ctx, spec, job_id, queue) {
                 let mut t = queue.trials.remove(i).expect("index from placeable");
-                let lease = leases.remove(0);
                 if queue.blocked {
-                    queue.pins.insert(block(&t), lease.host.clone());
+                    queue.pins.insert(block(&t), leases[0].host.clone());
                 }
                 t.attempts = ctx.store.next_attempt(&t.id).await?;
-                used_hosts.insert(lease.host.clone());
                 used_hosts.extend(leases.iter().map(|l| l.host.clone()));
                 let (ctx2, spec2, token) = (ctx.clone(), spec.clone(), trials.child_token());
                 running.spawn(
                     async move {
-                        let host = lease.host.clone();
-                        let outcome =
-                            trial::run_trial(&ctx2, &spec2, &t, lease, leases, token).await;
+                        let (host, outcome) =
+                            trial::run_placed(&ctx2, &spec2, &t, leases, token).await;
                         (t, host, outcome)
                     }
                     .in_current_span(),

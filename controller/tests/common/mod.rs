@@ -14,6 +14,7 @@ use fleetbench_proto::controllerpb::{
 use tonic::transport::Channel;
 
 pub mod engine_ab;
+pub mod netns;
 
 /// A server process, stopped (SIGTERM, then SIGKILL) when dropped.
 pub type Proc = fleetbench_testkit::process::Listening;

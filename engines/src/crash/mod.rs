@@ -4,7 +4,8 @@
 //! Evidence in the log beats the manner of death: an engine that printed a CUDA OOM traceback
 //! and was then killed by its own launcher is `oom`, not `killed_by_signal`. Among log evidence
 //! the most specific cause wins (OOM before NCCL before NaN before other CUDA errors before a
-//! port clash before a plain Python exception), because the specific one is what a user acts
+//! port clash before a plain Python exception; a lost peer rank before NCCL's own errors, whose
+//! lines it shares), because the specific one is what a user acts
 //! on. SGLang's NaN check surfaces as a CUDA device-side assert, hence NaN before CUDA.
 //!
 //! A termination signal from outside fleetbench (neither its agent nor the kernel's OOM
@@ -55,6 +56,10 @@ pub enum CrashClass {
     CudaError,
     /// An NCCL error or a collective watchdog timeout.
     Nccl,
+    /// A peer rank of an engine spanning hosts was lost (its process exited, its host was cut
+    /// off) or never joined: this rank died of another's end, not of its own config. Read
+    /// from torch.distributed's and NCCL's remote-error lines.
+    RankLost,
     /// The HTTP port was already in use.
     PortInUse,
     /// Not ready before the start deadline.
@@ -71,12 +76,13 @@ pub enum CrashClass {
 }
 
 impl CrashClass {
-    pub const ALL: [CrashClass; 11] = [
+    pub const ALL: [CrashClass; 12] = [
         CrashClass::Oom,
         CrashClass::Nan,
         CrashClass::PythonException,
         CrashClass::CudaError,
         CrashClass::Nccl,
+        CrashClass::RankLost,
         CrashClass::PortInUse,
         CrashClass::StartupTimeout,
         CrashClass::KilledBySignal,
@@ -92,6 +98,7 @@ impl CrashClass {
             CrashClass::PythonException => "python_exception",
             CrashClass::CudaError => "cuda_error",
             CrashClass::Nccl => "nccl",
+            CrashClass::RankLost => "rank_lost",
             CrashClass::PortInUse => "port_in_use",
             CrashClass::StartupTimeout => "startup_timeout",
             CrashClass::KilledBySignal => "killed_by_signal",
@@ -163,13 +170,16 @@ pub fn classify(kind: EngineKind, exit: &ExitInfo, log_tail: &[String]) -> Crash
         let msg = "killed by the kernel's OOM killer (host memory)".to_string();
         (CrashClass::Oom, String::new(), msg, Vec::new())
     } else if let Some(ev) = patterns::strongest(&evidence).filter(|ev| match ev.class {
-        // NCCL errors after another rank's Python error are its fallout, not its cause.
-        CrashClass::Nccl => !traceback::primary(&tracebacks).is_some_and(|t| {
-            t.end < ev.index
-                && !evidence
-                    .iter()
-                    .any(|e| e.class == CrashClass::Nccl && t.contains_line(e.index))
-        }),
+        // NCCL errors (a lost peer's too) after another rank's Python error are its fallout,
+        // not its cause.
+        CrashClass::Nccl | CrashClass::RankLost => {
+            !traceback::primary(&tracebacks).is_some_and(|t| {
+                t.end < ev.index
+                    && !evidence
+                        .iter()
+                        .any(|e| e.class == ev.class && t.contains_line(e.index))
+            })
+        }
         // An error line without a traceback says less than a traceback does.
         CrashClass::ExitCode => tracebacks.is_empty(),
         _ => true,

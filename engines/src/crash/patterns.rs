@@ -32,11 +32,12 @@ static USAGE_ERROR: LazyLock<Regex> =
 fn rank(c: CrashClass) -> u8 {
     match c {
         CrashClass::Oom => 0,
-        CrashClass::Nccl => 1,
-        CrashClass::Nan => 2,
-        CrashClass::CudaError => 3,
-        CrashClass::PortInUse => 4,
-        _ => 5,
+        CrashClass::RankLost => 1,
+        CrashClass::Nccl => 2,
+        CrashClass::Nan => 3,
+        CrashClass::CudaError => 4,
+        CrashClass::PortInUse => 5,
+        _ => 6,
     }
 }
 
@@ -55,6 +56,18 @@ fn is_oom(l: &str) -> bool {
         // the KV cache cannot hold one request of --max-model-len.
         || l.contains("KV cache is needed, which is larger than the available KV cache memory")
         || l.contains("No available memory for the cache blocks")
+}
+
+/// Another rank's end seen from this one: NCCL's remote error (the peer's process exited or
+/// its network went), gloo's and the TCP store's closed connections, and torch.distributed's
+/// time-outs while the ranks meet (a peer that never came).
+fn is_rank_lost(l: &str) -> bool {
+    l.contains("remote process exited")
+        || l.contains("remote process exiting prematurely")
+        || l.contains("Connection closed by remote peer")
+        || l.contains("Connection closed by peer")
+        || (l.contains("DistStoreError") && l.contains("waiting for clients"))
+        || (l.contains("DistNetworkError") && l.contains("timed out") && l.contains("connect"))
 }
 
 fn is_nccl(l: &str) -> bool {
@@ -105,6 +118,8 @@ pub(super) fn find_evidence(kind: EngineKind, lines: &[String]) -> Vec<Evidence>
         let mut engine_error = None;
         let class = if is_oom(l) {
             Some(CrashClass::Oom)
+        } else if is_rank_lost(l) {
+            Some(CrashClass::RankLost)
         } else if is_nccl(l) {
             Some(CrashClass::Nccl)
         } else if NAN.is_match(&l.to_ascii_lowercase()) {

@@ -208,3 +208,37 @@ fn sglangs_own_kill_leaves_the_traceback_in_charge() {
     let c = classify(EngineKind::Vllm, &outside, &lines(&said));
     assert_eq!(c.class, CrashClass::KilledExternally);
 }
+
+#[test]
+fn a_lost_peer_rank_is_its_own_class() {
+    // What a rank prints when a peer's process dies (the simulator prints NCCL's lines).
+    let tail: Vec<String> = [
+        "[2026-12-06 03:13:51] The server is fired up and ready to roll!",
+        "[rank0]:[E1206 03:13:52.666345 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, remote process exited or there was a network error, NCCL version 2.21.5",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+        "Last error:",
+        "socket recv: Connection closed by remote peer 127.0.0.1:49356 (node rank 1)",
+    ]
+    .map(String::from)
+    .to_vec();
+    let exit = ExitInfo {
+        code: Some(1),
+        ..Default::default()
+    };
+    let c = classify(EngineKind::Sim, &exit, &tail);
+    assert_eq!(c.class, CrashClass::RankLost, "{c:?}");
+    assert!(c.summary.starts_with("rank_lost: "), "{}", c.summary);
+    // A peer that never joined is the same class; a plain NCCL error stays NCCL.
+    let never = vec![
+        "torch.distributed.DistStoreError: Timed out after 30 seconds waiting for clients. 1/2 clients joined.".to_string(),
+    ];
+    assert_eq!(
+        classify(EngineKind::Sglang, &exit, &never).class,
+        CrashClass::RankLost
+    );
+    let nccl = vec!["NCCL error: unhandled system error".to_string()];
+    assert_eq!(
+        classify(EngineKind::Sglang, &exit, &nccl).class,
+        CrashClass::Nccl
+    );
+}

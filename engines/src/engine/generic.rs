@@ -6,6 +6,7 @@ use super::{Engine, llamacpp, sglang, vllm};
 use crate::cache::{CacheCounters, CacheReset};
 use crate::defaults::{KindDefaults, StopSignal};
 use crate::flags::tables::Row;
+use crate::gang::{Gang, GangError};
 use crate::logs::{LogParser, NoFacts};
 use crate::metrics::{self, Mapping};
 use crate::prom::Exposition;
@@ -100,5 +101,16 @@ impl Engine for Generic {
 
     fn hit_rate_gauge(&self) -> &'static str {
         sglang::HIT_RATE_GAUGE
+    }
+
+    fn gang_args(&self, _: &Gang) -> Result<Vec<String>, GangError> {
+        Err(GangError::Unsupported {
+            kind: crate::EngineKind::Generic,
+            why: "fleetbench does not know its rendezvous flags",
+        })
+    }
+
+    fn gang_pins(&self) -> &'static [&'static str] {
+        &[]
     }
 }

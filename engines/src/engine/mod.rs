@@ -21,6 +21,7 @@ use crate::cache::{CacheCounters, CacheReset};
 use crate::defaults::KindDefaults;
 use crate::flags::FlagType;
 use crate::flags::tables::{Row, choice};
+use crate::gang::{Gang, GangError};
 use crate::logs::LogParser;
 use crate::metrics::Mapping;
 use crate::prom::Exposition;
@@ -70,6 +71,12 @@ pub(crate) trait Engine: Sync {
     fn cached_counter_created_lazily(&self) -> bool;
     /// The name of the hit-rate gauge read when no counters are there.
     fn hit_rate_gauge(&self) -> &'static str;
+
+    /// The engine's own flags that place one rank in a gang spanning hosts (`crate::gang`),
+    /// or why this engine cannot span hosts.
+    fn gang_args(&self, gang: &Gang) -> Result<Vec<String>, GangError>;
+    /// The flags that carry a rendezvous: set by the agent alone, refused from a user.
+    fn gang_pins(&self) -> &'static [&'static str];
 }
 
 /// The module of `kind`: the one match on the kind in fleetbench's engine knowledge.

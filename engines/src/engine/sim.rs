@@ -7,6 +7,7 @@ use super::sglang::{self, Sglang};
 use crate::cache::{CacheCounters, CacheReset};
 use crate::defaults::{KindDefaults, StopSignal, args};
 use crate::flags::tables::{Row, choice, float, int};
+use crate::gang::{Gang, GangError};
 use crate::logs::LogParser;
 use crate::metrics::Mapping;
 use crate::prom::Exposition;
@@ -122,5 +123,14 @@ impl Engine for Sim {
 
     fn hit_rate_gauge(&self) -> &'static str {
         Sglang.hit_rate_gauge()
+    }
+
+    // The simulator speaks SGLang's rendezvous (`fleetbench_sim::gang`).
+    fn gang_args(&self, gang: &Gang) -> Result<Vec<String>, GangError> {
+        Sglang.gang_args(gang)
+    }
+
+    fn gang_pins(&self) -> &'static [&'static str] {
+        Sglang.gang_pins()
     }
 }

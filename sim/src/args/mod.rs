@@ -153,6 +153,15 @@ pub struct SimArgs {
     /// `--noise-seed N`: pins the step noise (jitter and drift); without it every process
     /// draws its own, so repeats of a config are independent.
     pub noise_seed: Option<u64>,
+    /// `--nnodes N`: how many nodes (processes, one per host) the engine spans (SGLang).
+    pub nnodes: u32,
+    /// `--node-rank R`: this process's rank among them; rank 0 serves the API.
+    pub node_rank: u32,
+    /// `--dist-init-addr HOST:PORT`: where rank 0 listens for the other ranks (see `gang`).
+    pub dist_init_addr: Option<String>,
+    /// `--dist-timeout S`: how long a rank waits for its peers before it gives up (SGLang's
+    /// flag; the simulator's default is 30 s, short enough for tests and the quickstart).
+    pub dist_timeout_s: f64,
 }
 
 impl Default for SimArgs {
@@ -198,6 +207,10 @@ impl Default for SimArgs {
             max_prompt_len: None,
             decode_ms_per_1k_context: 0.0,
             noise_seed: None,
+            nnodes: 1,
+            node_rank: 0,
+            dist_init_addr: None,
+            dist_timeout_s: 30.0,
         }
     }
 }

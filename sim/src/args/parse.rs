@@ -192,6 +192,10 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
                 out.decode_ms_per_1k_context = float_in(f, v, 0.0, 1e4)?;
             }
             "--noise-seed" => out.noise_seed = Some(num(f, v, "int")?),
+            "--nnodes" => out.nnodes = positive_int(f, v)?,
+            "--node-rank" => out.node_rank = num(f, v, "int")?,
+            "--dist-init-addr" => out.dist_init_addr = Some(value),
+            "--dist-timeout" => out.dist_timeout_s = float_in(f, v, 0.1, 86400.0)?,
             "--fault" => {
                 let (kind, arg) = match v.split_once('=') {
                     Some((k, a)) => (k, Some(a.to_string())),
@@ -232,5 +236,32 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             other => unreachable!("flag table entry {other} without a handler"),
         }
     }
+    check_gang(&out)?;
     Ok(out)
+}
+
+/// The rendezvous flags must agree, as SGLang's `ServerArgs` checks them: a rank inside the
+/// node count, and an address to meet at when there is more than one node.
+fn check_gang(out: &SimArgs) -> Result<(), ArgError> {
+    if out.node_rank >= out.nnodes {
+        return Err(ArgError::BadValue {
+            flag: "--node-rank".into(),
+            value: out.node_rank.to_string(),
+            expected: format!("int below --nnodes {}", out.nnodes),
+        });
+    }
+    if out.nnodes > 1 {
+        let addr = out.dist_init_addr.as_deref().unwrap_or("");
+        let ok = addr
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+        if !ok {
+            return Err(ArgError::BadValue {
+                flag: "--dist-init-addr".into(),
+                value: addr.to_string(),
+                expected: format!("HOST:PORT (required with --nnodes {})", out.nnodes),
+            });
+        }
+    }
+    Ok(())
 }

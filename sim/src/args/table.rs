@@ -120,6 +120,11 @@ const FLAGS: &[Flag] = &[
     v("--cuda-graph-max-bs-decode"),
     v("--stream-interval"),
     v("--cuda-graph-backend-decode"),
+    // Spanning hosts (SGLang's spelling): see `crate::gang`.
+    v("--nnodes"),
+    v("--node-rank"),
+    v("--dist-init-addr"),
+    v("--dist-timeout"),
     // Accepted as SGLang accepts them; the model does not depend on them.
     acc("--dp-size", Accepted::Int),
     alias(

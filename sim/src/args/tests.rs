@@ -95,3 +95,20 @@ fn faults_and_fixed_mode() {
     let a = p("--fault slow-start --startup-delay-s 0.5").unwrap();
     assert_eq!(a.effective_startup_delay(), Duration::from_secs(5));
 }
+
+#[test]
+fn rendezvous_flags_parse_and_must_agree() {
+    let a = p("--nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.1:5000 --dist-timeout 3").unwrap();
+    assert_eq!((a.nnodes, a.node_rank), (2, 1));
+    assert_eq!(a.dist_init_addr.as_deref(), Some("10.0.0.1:5000"));
+    assert_eq!(a.dist_timeout_s, 3.0);
+    let single = p("--port 1").unwrap();
+    assert_eq!((single.nnodes, single.node_rank), (1, 0));
+    let e = p("--nnodes 2 --node-rank 2 --dist-init-addr h:1").unwrap_err();
+    assert!(e.to_string().contains("--node-rank"), "{e}");
+    let e = p("--nnodes 2 --node-rank 1").unwrap_err();
+    assert!(e.to_string().contains("--dist-init-addr"), "{e}");
+    let e = p("--nnodes 2 --dist-init-addr nohost").unwrap_err();
+    assert!(e.to_string().contains("HOST:PORT"), "{e}");
+    assert!(p("--nnodes 0").is_err());
+}

@@ -158,6 +158,7 @@ impl ApplyArgs {
                 flags,
                 env,
                 port: self.port,
+                gang: None,
             }),
             run_id: self.run_id.clone(),
             lease_epoch: 0,

@@ -78,7 +78,10 @@ impl Attempt<'_> {
         )
     }
 
-    pub(super) async fn store_level(&mut self, result: LevelResult) -> Result<(), Stop> {
+    pub(super) async fn store_level(&mut self, mut result: LevelResult) -> Result<(), Stop> {
+        if let Some(g) = self.gang {
+            g.name_loss(&mut result).await;
+        }
         // Fencing on this side too: a level measured under another epoch, or arriving after
         // this attempt gave its lease up, is never stored.
         if result.lease_epoch != self.lease.epoch || !self.lease.held() {

@@ -26,9 +26,11 @@ use crate::store::{StoreError, TrialRow};
 use fleetbench_spec::JobSpec;
 
 mod clients;
+mod gang;
 mod levels;
 
 pub(crate) use clients::ClientHost;
+pub(crate) use gang::{fits as gang_fits, nodes as gang_nodes};
 
 /// How a trial attempt ended.
 #[derive(Debug)]
@@ -101,11 +103,35 @@ struct Attempt<'a> {
     /// Hosts that drive a share of each level besides this one (`load.clients`); empty: this
     /// host drives it all.
     clients: &'a [ClientHost],
+    /// The other ranks when this attempt is rank 0 of an engine spanning hosts (`gang`).
+    gang: Option<&'a gang::Ranks>,
+}
+
+/// Runs one attempt of `trial` on the hosts placed for it: one host, a gang's (rank order, see
+/// `gang`), or one host and the client hosts of a split level (`load.clients`). Returns the
+/// host to blame for the outcome with the outcome.
+pub(crate) async fn run_placed(
+    ctx: &Ctx,
+    spec: &JobSpec,
+    trial: &TrialRow,
+    mut leases: Vec<Lease>,
+    cancel: CancellationToken,
+) -> (String, TrialOutcome) {
+    if gang::nodes(spec, trial) > 1 {
+        return gang::run(ctx, spec, trial, leases, cancel).await;
+    }
+    assert!(!leases.is_empty(), "a trial is placed on one host at least");
+    let lease = leases.remove(0);
+    let host = lease.host.clone();
+    (
+        host,
+        run_trial(ctx, spec, trial, lease, leases, cancel).await,
+    )
 }
 
 /// Runs one attempt of `trial` on the leased host; `extra`: the client hosts that drive a share
 /// of each level with it (`load.clients`), held with it.
-pub(crate) async fn run_trial(
+async fn run_trial(
     ctx: &Ctx,
     spec: &JobSpec,
     trial: &TrialRow,
@@ -195,6 +221,7 @@ pub(crate) async fn run_trial(
             lease: &agent_lease,
             power: telemetry::PowerLog::with_interval(ctx.telemetry_interval),
             clients: &clients,
+            gang: None,
         };
         let outcome = a.attempt(&run_id).await;
         agent_lease.release().await;
@@ -329,6 +356,9 @@ impl Attempt<'_> {
     }
 
     async fn body(&mut self) -> Result<(), Stop> {
+        if let Some(g) = self.gang {
+            return g.body(self).await;
+        }
         let total = self.trial.level_count as usize;
         let mut rounds = 0;
         loop {
@@ -399,8 +429,10 @@ impl Attempt<'_> {
             otel.status_description = tracing::field::Empty,
         );
         async {
+            let mut spec = self.spec.engine_spec(self.trial.config_index as usize);
+            spec.gang = self.gang.map(|g| g.pb(0));
             let req = ApplyEngineRequest {
-                spec: Some(self.spec.engine_spec(self.trial.config_index as usize)),
+                spec: Some(spec),
                 run_id: self.run.run_id.clone(),
                 lease_epoch: self.lease.epoch,
             };

@@ -8,6 +8,7 @@ use super::Engine;
 use crate::cache::{self, CacheCounters, CacheReset};
 use crate::defaults::{KindDefaults, StopSignal, args};
 use crate::flags::tables::Row;
+use crate::gang::{Gang, GangError};
 use crate::logs::LogParser;
 use crate::metrics::{Agg, Mapping, Rule};
 use crate::prom::Exposition;
@@ -172,5 +173,16 @@ impl Engine for Llamacpp {
     // llama.cpp has no hit-rate gauge; the name read is SGLang's, as for every kind but vLLM.
     fn hit_rate_gauge(&self) -> &'static str {
         super::sglang::HIT_RATE_GAUGE
+    }
+
+    fn gang_args(&self, _: &Gang) -> Result<Vec<String>, GangError> {
+        Err(GangError::Unsupported {
+            kind: crate::EngineKind::Llamacpp,
+            why: "llama-server runs on one host; its RPC backend offloads layers, it has no ranks",
+        })
+    }
+
+    fn gang_pins(&self) -> &'static [&'static str] {
+        &[]
     }
 }

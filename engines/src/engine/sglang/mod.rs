@@ -9,6 +9,7 @@ use super::Engine;
 use crate::cache::{self, CacheCounters, CacheReset};
 use crate::defaults::{KindDefaults, StopSignal, args};
 use crate::flags::tables::Row;
+use crate::gang::{Gang, GangError};
 use crate::logs::LogParser;
 use crate::metrics::{Agg, Mapping, Rule};
 use crate::prom::Exposition;
@@ -155,5 +156,13 @@ impl Engine for Sglang {
 
     fn hit_rate_gauge(&self) -> &'static str {
         HIT_RATE_GAUGE
+    }
+
+    fn gang_args(&self, gang: &Gang) -> Result<Vec<String>, GangError> {
+        Ok(crate::gang::sglang_args(gang))
+    }
+
+    fn gang_pins(&self) -> &'static [&'static str] {
+        crate::gang::SGLANG_PINS
     }
 }

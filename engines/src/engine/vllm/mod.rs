@@ -9,6 +9,7 @@ use crate::cache::{self, CacheCounters, CacheReset};
 use crate::defaults::{KindDefaults, StopSignal, args};
 use crate::flags::FlagType;
 use crate::flags::tables::{Row, choice};
+use crate::gang::{Gang, GangError};
 use crate::logs::LogParser;
 use crate::metrics::{Agg, Mapping, Rule};
 use crate::prom::Exposition;
@@ -145,5 +146,45 @@ impl Engine for Vllm {
 
     fn hit_rate_gauge(&self) -> &'static str {
         "vllm:gpu_prefix_cache_hit_rate"
+    }
+
+    /// vLLM spans hosts as data-parallel ranks, one per node: rank 0 runs the API server and
+    /// the DP coordinator at `--data-parallel-address`/`--data-parallel-rpc-port`; the others
+    /// run `--headless` engines from `--data-parallel-start-rank` (vLLM's multi-node recipe).
+    fn gang_args(&self, gang: &Gang) -> Result<Vec<String>, GangError> {
+        let (host, port) = gang.host_port().ok_or(GangError::Bad {
+            field: "dist_init_addr",
+            problem: format!("{:?} is not HOST:PORT", gang.dist_init_addr),
+        })?;
+        let mut a: Vec<String> = vec![
+            "--data-parallel-size".into(),
+            gang.nnodes.to_string(),
+            "--data-parallel-size-local".into(),
+            "1".into(),
+            "--data-parallel-address".into(),
+            host.to_string(),
+            "--data-parallel-rpc-port".into(),
+            port.to_string(),
+        ];
+        if gang.node_rank > 0 {
+            a.extend([
+                "--data-parallel-start-rank".into(),
+                gang.node_rank.to_string(),
+                "--headless".into(),
+            ]);
+        }
+        Ok(a)
+    }
+
+    // `--data-parallel-size` stays a tuning flag on one host; in a gang the agent sets it too
+    // (and then pins it: the agent pins every flag it adds).
+    fn gang_pins(&self) -> &'static [&'static str] {
+        &[
+            "--data-parallel-size-local",
+            "--data-parallel-address",
+            "--data-parallel-rpc-port",
+            "--data-parallel-start-rank",
+            "--headless",
+        ]
     }
 }

@@ -1,0 +1,696 @@
+//! One trial attempt of an engine spanning hosts (a config with `nodes = N`): a gang of N ranks,
+//! one per host, that start together or not at all and end together.
+//!
+//! - Placement: the job takes N hosts at once with `Inventory::acquire_all` (all or none, each
+//!   matching the job's `[hosts]`); the first is rank 0 and must offer a rendezvous port in the
+//!   config's profile (`rendezvous_port`, reported in `GetHost`) — [`fits`] says so to
+//!   `acquire_all`, so a gang never waits on a host that could not lead it.
+//! - Rendezvous: rank 0's host (the address the controller dials its agent at) and that port.
+//!   The controller chooses it and every rank's number; the agent turns them into the engine's
+//!   own flags (`EngineSpec.gang`), and refuses them from a config.
+//! - Leases: every rank holds its host's agent lease under its own epoch, renewed as a single
+//!   host's is (`super::super::lease`). Any rank's lease that ends (fenced, or not renewed
+//!   through a partition) ends the attempt as it would end a single-host one, naming the rank.
+//! - Start: every rank's `ApplyEngine` runs at once (rank 0 waits for its peers before it is
+//!   ready, as SGLang does). The first rank that fails stops the others' starts, every rank's
+//!   engine is stopped, and the trial's reason names the rank and its host.
+//! - Levels: `RunBenchmark` on rank 0 (the API); the other ranks are watched (`WatchEngine`).
+//!   A rank that exits mid-level takes rank 0 down (its collectives fail: a `rank_lost` crash),
+//!   and the level is stored as crashed with the rank and host that ended first named in its
+//!   crash summary. If rank 0 does not end within [`RANK_LOSS_GRACE`], the controller stops it.
+//!   Remaining levels run on a fresh gang, as a single host's engine is restarted after a crash.
+//! - End: every rank's lease is released, which stops its engine: nothing is left running.
+//!
+//! Only rank 0 has a `Run` row (the levels are its); the other ranks' hosts, run ids and argv
+//! are facts of that run (`gang.rank<R>.*`), so reports that read one run per attempt hold.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fleetbench_proto::agentpb::{
+    self, ApplyEngineRequest, CrashClass, EngineState, LevelOutcome, LevelResult, LogFact,
+    StopEngineRequest, WatchEngineRequest, engine_event, engine_watch_event,
+};
+use fleetbench_proto::controllerpb::{HostEngineEvent, TrialState, job_event};
+use futures::StreamExt;
+use futures::future::select_all;
+use tracing::Instrument;
+
+use super::*;
+use crate::agents::HostSnapshot;
+
+/// How long rank 0 may take to end its level after another rank exited before the controller
+/// stops it (a real engine may hang in a collective until NCCL's own time-out).
+const RANK_LOSS_GRACE: Duration = Duration::from_secs(10);
+/// How long a crashed level of rank 0 waits for the watcher to name the rank that ended first.
+const NAME_WAIT: Duration = Duration::from_secs(3);
+
+/// The hosts a config of `nodes` ranks takes (1: a single host).
+pub(crate) fn nodes(spec: &JobSpec, trial: &TrialRow) -> usize {
+    spec.configs[trial.config_index as usize].nodes.max(1) as usize
+}
+
+/// Whether `h` may join a gang of `trial` after `taken`: rank 0 (the first) must offer a
+/// rendezvous port in the config's profile.
+pub(crate) fn fits(
+    spec: &JobSpec,
+    trial: &TrialRow,
+    h: &HostSnapshot,
+    taken: &[HostSnapshot],
+) -> bool {
+    !taken.is_empty() || rendezvous_port(spec, trial, h) != 0
+}
+
+fn rendezvous_port(spec: &JobSpec, trial: &TrialRow, h: &HostSnapshot) -> u32 {
+    let profile = &spec.configs[trial.config_index as usize].profile;
+    h.facts
+        .profiles
+        .iter()
+        .find(|p| &p.name == profile)
+        .map_or(0, |p| p.rendezvous_port)
+}
+
+/// `host` of an agent address (`http://10.0.0.1:7443`, `[::1]:7443`), as the ranks dial it.
+fn address_host(address: &str) -> &str {
+    let a = address
+        .trim_start_matches("https://")
+        .trim_start_matches("http://");
+    let a = a.split('/').next().unwrap_or(a);
+    a.rsplit_once(':').map_or(a, |(h, _)| h)
+}
+
+/// A rank above 0: its host, its lease, and what it runs.
+struct Rank {
+    rank: u32,
+    host: String,
+    client: AgentClient,
+    lease: AgentLease,
+}
+
+/// The rank that ended first in a level, with what its agent said.
+#[derive(Debug, Clone)]
+struct Loss {
+    rank: u32,
+    host: String,
+    what: String,
+}
+
+/// The ranks above 0 of one attempt, and what the attempt learned about them.
+pub(super) struct Ranks {
+    nnodes: u32,
+    dist_init_addr: String,
+    ranks: Vec<Rank>,
+    /// The rank that ended first in the current round.
+    lost: Mutex<Option<Loss>>,
+    /// The index (into the attempt's hosts, rank order) of the host to blame for the
+    /// attempt's end, when it was not rank 0's.
+    blame: Mutex<Option<usize>>,
+}
+
+impl Ranks {
+    /// The rendezvous of rank `rank`, for its `EngineSpec`.
+    pub(super) fn pb(&self, rank: u32) -> agentpb::Gang {
+        agentpb::Gang {
+            nnodes: self.nnodes,
+            node_rank: rank,
+            dist_init_addr: self.dist_init_addr.clone(),
+        }
+    }
+
+    fn blame(&self, rank: u32) {
+        *self.blame.lock().expect("gang lock") = Some(rank as usize);
+    }
+
+    fn note_loss(&self, loss: Loss) {
+        let mut l = self.lost.lock().expect("gang lock");
+        if l.is_none() {
+            tracing::warn!(rank = loss.rank, host = %loss.host, "{}", loss.what);
+            *l = Some(loss);
+        }
+    }
+
+    /// A crashed level of rank 0: names the rank that ended first, if one did (waiting a
+    /// moment for its watcher when rank 0 says it lost a peer).
+    pub(super) async fn name_loss(&self, result: &mut LevelResult) {
+        if result.outcome != LevelOutcome::Crashed as i32 {
+            return;
+        }
+        let Some(crash) = result.crash.as_mut() else {
+            return;
+        };
+        let waits = crash.class() == CrashClass::RankLost;
+        let until = tokio::time::Instant::now() + if waits { NAME_WAIT } else { Duration::ZERO };
+        loop {
+            if let Some(loss) = self.lost.lock().expect("gang lock").clone() {
+                crash.summary = format!(
+                    "rank {} on host {} ended mid-level ({}); rank 0: {}",
+                    loss.rank, loss.host, loss.what, crash.summary
+                );
+                crash.class = CrashClass::RankLost as i32;
+                return;
+            }
+            if tokio::time::Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Resolves when a rank's lease ends, with the stop it means.
+    async fn lease_ended(&self) -> Stop {
+        if self.ranks.is_empty() {
+            return std::future::pending().await;
+        }
+        let ends = self.ranks.iter().map(|r| {
+            Box::pin(async move {
+                let end = r.lease.ended().await;
+                (r, end)
+            })
+        });
+        let ((r, end), _, _) = select_all(ends).await;
+        self.blame(r.rank);
+        let epoch = r.lease.epoch;
+        match end {
+            LeaseEnd::Fenced(m) => Stop::Fenced(format!(
+                "rank {} on host {}: lease epoch {epoch} fenced off: {m}",
+                r.rank, r.host
+            )),
+            LeaseEnd::Lost(m) => Stop::Lost(format!("rank {} on host {}: {m}", r.rank, r.host)),
+        }
+    }
+
+    /// The gang's rounds under every rank's lease: start all, run levels on rank 0, repeat
+    /// after a crashed level, until every level is stored.
+    pub(super) async fn body(&self, a: &mut Attempt<'_>) -> Result<(), Stop> {
+        let ended = tokio::select! {
+            r = self.rounds(a) => return r,
+            stop = self.lease_ended() => stop,
+        };
+        // Rank 0 would wait on a peer that is gone: stop it now (its lease's release at the
+        // attempt's end would too, later).
+        if !a.ctx.is_deposed() {
+            a.stop_engine().await;
+        }
+        Err(ended)
+    }
+
+    async fn rounds(&self, a: &mut Attempt<'_>) -> Result<(), Stop> {
+        let total = a.trial.level_count as usize;
+        let mut rounds = 0;
+        loop {
+            let stored = a.ctx.store.stored_level_indices(&a.trial.id).await?;
+            if stored.len() >= total {
+                return Ok(());
+            }
+            rounds += 1;
+            if rounds > total + 1 {
+                return Err(Stop::Lost(format!(
+                    "the gang kept ending the benchmark early; levels stored: {stored:?}"
+                )));
+            }
+            *self.lost.lock().expect("gang lock") = None;
+            a.ctx
+                .store
+                .set_trial_state(&a.trial.id, TrialState::StartingEngine, "")
+                .await?;
+            a.trial_event(TrialState::StartingEngine, "").await?;
+            self.start_all(a).await?;
+            a.ctx
+                .store
+                .set_trial_state(&a.trial.id, TrialState::Running, "")
+                .await?;
+            a.trial_event(TrialState::Running, "").await?;
+            let before = stored.len();
+            let watch = self.watch_all(a.run.run_id.clone());
+            let stalled = tokio::select! {
+                r = a.bench(stored) => { r?; None }
+                stop = watch => Some(stop),
+            };
+            if let Some(stop) = stalled {
+                // Rank 0 did not end its level after a peer's exit: stop it; the level in
+                // progress is not measured.
+                a.stop_engine().await;
+                return Err(stop);
+            }
+            let after = a.ctx.store.stored_level_indices(&a.trial.id).await?;
+            if after.len() >= total {
+                return Ok(());
+            }
+            if after.len() == before {
+                return Err(Stop::Lost(
+                    "the agent of rank 0 ended the benchmark without a result".into(),
+                ));
+            }
+            // A level crashed (a rank ended mid-level): a fresh gang runs the rest.
+            self.stop_all(a.cancel.is_cancelled()).await;
+        }
+    }
+
+    /// Starts every rank at once; the first that fails stops them all. A rank that died of a
+    /// lost peer (rank 0 whose peer died while starting) is not the cause when another rank
+    /// reports its own failure within [`NAME_WAIT`]: that one is named.
+    async fn start_all(&self, a: &mut Attempt<'_>) -> Result<(), Stop> {
+        let (ctx, spec, trial) = (a.ctx, a.spec, a.trial);
+        let run_id = a.run.run_id.clone();
+        let cancel = a.cancel.clone();
+        type Started<'f> = std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<(u32, Vec<String>), (u32, Stop, bool)>>
+                    + Send
+                    + 'f,
+            >,
+        >;
+        let mut starts: futures::stream::FuturesUnordered<Started<'_>> = Default::default();
+        for r in &self.ranks {
+            let (run_id, cancel) = (run_id.clone(), cancel.clone());
+            starts.push(Box::pin(async move {
+                self.start_rank(ctx, spec, trial, r, &run_id, &cancel)
+                    .await
+                    .map(|argv| (r.rank, argv))
+                    .map_err(|(s, lost)| (r.rank, s, lost))
+            }));
+        }
+        let rank0 = &mut *a;
+        starts.push(Box::pin(async move {
+            match rank0.apply().await {
+                Ok(()) => Ok((0, Vec::new())),
+                Err(s) => {
+                    let lost = rank0
+                        .run
+                        .crash
+                        .as_ref()
+                        .is_some_and(|c| c.class() == CrashClass::RankLost);
+                    Err((0, s, lost))
+                }
+            }
+        }));
+        let mut argvs: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        let mut failed: Option<(u32, Stop, bool)> = None;
+        let mut until: Option<tokio::time::Instant> = None;
+        loop {
+            let next = match until {
+                Some(t) => match tokio::time::timeout_at(t, starts.next()).await {
+                    Ok(n) => n,
+                    Err(_) => break,
+                },
+                None => starts.next().await,
+            };
+            match next {
+                None => break,
+                Some(Ok((rank, argv))) => {
+                    argvs.insert(rank, argv);
+                }
+                Some(Err((rank, stop, lost))) => {
+                    let replaces = match &failed {
+                        None => true,
+                        Some((_, _, was_lost)) => *was_lost && !lost,
+                    };
+                    if replaces {
+                        failed = Some((rank, stop, lost));
+                    }
+                    match &failed {
+                        Some((_, _, true)) => {
+                            until.get_or_insert(tokio::time::Instant::now() + NAME_WAIT);
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        drop(starts);
+        match failed {
+            None => {
+                for r in &self.ranks {
+                    let argv = argvs.remove(&r.rank).unwrap_or_default();
+                    let key = |k: &str| format!("gang.rank{}.{k}", r.rank);
+                    for (k, v) in [
+                        (key("host"), r.host.clone()),
+                        (key("run_id"), rank_run_id(&run_id, r.rank)),
+                        (key("argv"), argv.join(" ")),
+                        (key("lease_epoch"), r.lease.epoch.to_string()),
+                    ] {
+                        a.run.facts.retain(|f| f.key != k);
+                        a.run.facts.push(LogFact { key: k, value: v });
+                    }
+                }
+                a.ctx.store.put_run(&a.run).await?;
+                Ok(())
+            }
+            Some((rank, stop, _)) => {
+                self.stop_all(cancel.is_cancelled()).await;
+                if !a.ctx.is_deposed() {
+                    a.stop_engine().await;
+                }
+                if rank > 0 {
+                    self.blame(rank);
+                }
+                let host = if rank == 0 {
+                    a.host.clone()
+                } else {
+                    self.ranks[rank as usize - 1].host.clone()
+                };
+                let who = format!(
+                    "gang of {}: rank {rank} on host {host} could not start",
+                    self.nnodes
+                );
+                Err(match stop {
+                    Stop::Lost(m) => Stop::Lost(format!("{who}: {m}")),
+                    Stop::HostFault(m) => Stop::HostFault(format!("{who}: {m}")),
+                    Stop::Fenced(m) => Stop::Fenced(format!("{who}: {m}")),
+                    Stop::Outside(m) => Stop::Outside(format!("{who}: {m}")),
+                    Stop::Rejected(m) => Stop::Rejected(format!("{who}: {m}")),
+                    s @ (Stop::Cancelled | Stop::Store(_)) => s,
+                })
+            }
+        }
+    }
+
+    /// Starts one rank above 0; returns its argv.
+    async fn start_rank(
+        &self,
+        ctx: &Ctx,
+        spec: &JobSpec,
+        trial: &TrialRow,
+        r: &Rank,
+        run_id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<String>, (Stop, bool)> {
+        let mut engine = spec.engine_spec(trial.config_index as usize);
+        engine.gang = Some(self.pb(r.rank));
+        let req = ApplyEngineRequest {
+            spec: Some(engine),
+            run_id: rank_run_id(run_id, r.rank),
+            lease_epoch: r.lease.epoch,
+        };
+        let mut client = r.client.clone();
+        let mut stream = tokio::select! {
+            s = client.apply_engine(req) => s.map_err(|s| (classify("ApplyEngine", s), false))?.into_inner(),
+            _ = cancel.cancelled() => return Err((Stop::Cancelled, false)),
+        };
+        let mut argv = Vec::new();
+        loop {
+            let msg = tokio::select! {
+                m = stream.message() => m.map_err(|s| (classify("ApplyEngine stream", s), false))?,
+                _ = cancel.cancelled() => return Err((Stop::Cancelled, false)),
+            };
+            let Some(ev) = msg else {
+                return Err((
+                    Stop::Lost("ApplyEngine ended before the engine was ready".into()),
+                    false,
+                ));
+            };
+            let host_ev = HostEngineEvent {
+                host: r.host.clone(),
+                run_id: rank_run_id(run_id, r.rank),
+                event: Some(ev.clone()),
+            };
+            ctx.hub
+                .emit(&trial.job_id, job_event::Event::Engine(host_ev))
+                .await
+                .map_err(|e| (Stop::Store(e), false))?;
+            match ev.event {
+                Some(engine_event::Event::Spawned(s)) => argv = s.argv,
+                Some(engine_event::Event::Ready(_)) => return Ok(argv),
+                Some(engine_event::Event::Failed(crash)) => {
+                    let class = crash.class();
+                    let lost = class == CrashClass::RankLost;
+                    return Err((
+                        if class == CrashClass::HostFault {
+                            Stop::HostFault(crash.summary)
+                        } else if class.not_the_configs() {
+                            Stop::Outside(crash.summary)
+                        } else {
+                            Stop::Rejected(crash.summary)
+                        },
+                        lost,
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Watches every rank above 0 while rank 0 runs levels: the first that leaves its ready
+    /// state is noted (for the level's crash) and, if rank 0 has not ended its level within
+    /// [`RANK_LOSS_GRACE`], resolves with the stop. A broken watch stream is left to the
+    /// rank's lease (a partition ends it).
+    async fn watch_all(&self, run_id: String) -> Stop {
+        if self.ranks.is_empty() {
+            return std::future::pending().await;
+        }
+        let watches = self.ranks.iter().map(|r| {
+            let run_id = rank_run_id(&run_id, r.rank);
+            Box::pin(async move { (r, watch_rank(r, &run_id).await) })
+        });
+        let ((r, what), _, _) = select_all(watches).await;
+        self.note_loss(Loss {
+            rank: r.rank,
+            host: r.host.clone(),
+            what: what.clone(),
+        });
+        tokio::time::sleep(RANK_LOSS_GRACE).await;
+        Stop::Rejected(format!(
+            "rank {} on host {} ended mid-level ({what}) and rank 0 did not end its level within \
+             {} s: stopped",
+            r.rank,
+            r.host,
+            RANK_LOSS_GRACE.as_secs()
+        ))
+    }
+
+    /// Stops every rank above 0 (bounded per host); a deposed controller leaves them.
+    async fn stop_all(&self, _cancelled: bool) {
+        let stops = self.ranks.iter().map(|r| async move {
+            let mut c = r.client.clone();
+            let req = StopEngineRequest {
+                lease_epoch: r.lease.epoch,
+            };
+            let done = tokio::time::timeout(Duration::from_secs(60), c.stop_engine(req)).await;
+            if !matches!(done, Ok(Ok(_))) {
+                tracing::warn!(rank = r.rank, host = %r.host, "could not confirm the rank's engine stopped");
+            }
+        });
+        futures::future::join_all(stops).await;
+    }
+}
+
+fn rank_run_id(run_id: &str, rank: u32) -> String {
+    format!("{run_id}-r{rank}")
+}
+
+/// Resolves when rank `r`'s engine leaves its ready state for run `run_id`, saying how.
+async fn watch_rank(r: &Rank, run_id: &str) -> String {
+    let mut c = r.client.clone();
+    let req = WatchEngineRequest { keepalive_ms: 500 };
+    let Ok(stream) = c.watch_engine(req).await else {
+        return std::future::pending().await;
+    };
+    let mut stream = stream.into_inner();
+    loop {
+        let Ok(Some(ev)) = stream.message().await else {
+            return std::future::pending().await;
+        };
+        let Some(engine_watch_event::Event::Status(s)) = ev.event else {
+            continue;
+        };
+        if s.run_id == run_id && s.state == EngineState::Ready as i32 {
+            continue;
+        }
+        let crash = s
+            .last_crash
+            .as_ref()
+            .map(|c| c.summary.clone())
+            .filter(|c| !c.is_empty());
+        let state = EngineState::try_from(s.state).map_or("unknown".into(), |st| {
+            st.as_str_name()
+                .trim_start_matches("ENGINE_STATE_")
+                .to_ascii_lowercase()
+        });
+        return match crash {
+            Some(c) if s.run_id == run_id => format!("its engine is {state}: {c}"),
+            _ => format!("its engine is {state}"),
+        };
+    }
+}
+
+/// Runs one attempt of a gang `trial` on `leases` (rank order; rank 0 first). Returns the host
+/// to blame for the outcome (rank 0's unless another rank's ended it) with the outcome.
+pub(super) async fn run(
+    ctx: &Ctx,
+    spec: &JobSpec,
+    trial: &TrialRow,
+    leases: Vec<Lease>,
+    cancel: CancellationToken,
+) -> (String, TrialOutcome) {
+    let hosts: Vec<String> = leases.iter().map(|l| l.host.clone()).collect();
+    let run_id = format!("{}-a{}", trial.id, trial.attempts);
+    let span = tracing::info_span!(
+        "trial",
+        fleetbench.host = %hosts[0],
+        fleetbench.gang.hosts = %hosts.join(","),
+        fleetbench.config.id = %trial.config_id,
+        fleetbench.config.name = %trial.config_name,
+        fleetbench.workload = %trial.workload,
+        fleetbench.repeat = i64::from(trial.repeat),
+        fleetbench.attempt = i64::from(trial.attempts),
+        fleetbench.run.id = %run_id,
+    );
+    let (blame, outcome) = attempt(ctx, spec, trial, &leases, &run_id, cancel)
+        .instrument(span)
+        .await;
+    let mut leases = leases;
+    let host = hosts[blame.min(hosts.len() - 1)].clone();
+    if let TrialOutcome::HostLost(reason) | TrialOutcome::DiedRunning(reason) = &outcome {
+        leases.swap_remove(blame.min(hosts.len() - 1)).lost(reason);
+    }
+    (host, outcome)
+}
+
+async fn attempt(
+    ctx: &Ctx,
+    spec: &JobSpec,
+    trial: &TrialRow,
+    leases: &[Lease],
+    run_id: &str,
+    cancel: CancellationToken,
+) -> (usize, TrialOutcome) {
+    let n = leases.len();
+    // Rank 0's host as the ranks reach it (the address its agent is dialled at), and the port
+    // its profile reserves: `fits` placed a host with one first.
+    let address = ctx
+        .inventory
+        .list()
+        .into_iter()
+        .find(|h| h.name == leases[0].host)
+        .map(|h| h.address)
+        .unwrap_or_default();
+    let port = ctx
+        .inventory
+        .snapshots()
+        .iter()
+        .find(|h| h.name == leases[0].host)
+        .map_or(0, |h| rendezvous_port(spec, trial, h));
+    if port == 0 || address.is_empty() {
+        return (
+            0,
+            TrialOutcome::Interrupted(format!(
+                "host {} (rank 0) no longer offers a rendezvous_port in profile {:?}",
+                leases[0].host, spec.configs[trial.config_index as usize].profile
+            )),
+        );
+    }
+    let host = address_host(&address);
+    let dist_init_addr = format!("{host}:{port}");
+
+    // Every rank's agent lease, at once; any that cannot be had gives the others back.
+    let acquired = futures::future::join_all(
+        leases
+            .iter()
+            .map(|l| AgentLease::acquire(&l.client, &trial.job_id, &trial.id, ctx.lease_ttl)),
+    )
+    .await;
+    let failed = acquired.iter().position(|r| r.is_err());
+    let mut held: Vec<AgentLease> = Vec::new();
+    let mut first_error = None;
+    for (i, r) in acquired.into_iter().enumerate() {
+        match r {
+            Ok(l) => held.push(l),
+            Err(e) if first_error.is_none() => first_error = Some((i, e)),
+            Err(_) => {}
+        }
+    }
+    if let (Some(_), Some((i, e))) = (failed, first_error) {
+        futures::future::join_all(held.into_iter().map(AgentLease::release)).await;
+        let host = &leases[i].host;
+        return (
+            i,
+            match e {
+                AcquireError::Busy(m) => TrialOutcome::Interrupted(format!(
+                    "rank {i} on host {host} is leased by another holder: {m}"
+                )),
+                AcquireError::Unreachable(m) | AcquireError::Refused(m) => {
+                    TrialOutcome::HostLost(format!("rank {i} on host {host}: {m}"))
+                }
+            },
+        );
+    }
+    let mut held = held.into_iter();
+    let lease0 = held.next().expect("a gang holds rank 0's lease");
+    let ranks = Ranks {
+        nnodes: n as u32,
+        dist_init_addr: dist_init_addr.clone(),
+        ranks: held
+            .zip(leases.iter().skip(1))
+            .enumerate()
+            .map(|(i, (lease, l))| Rank {
+                rank: i as u32 + 1,
+                host: l.host.clone(),
+                client: l.client.clone(),
+                lease,
+            })
+            .collect(),
+        lost: Mutex::new(None),
+        blame: Mutex::new(None),
+    };
+    tracing::info!(nodes = n, %dist_init_addr, "gang placed");
+    let mut run = Run {
+        run_id: run_id.to_string(),
+        job_id: trial.job_id.clone(),
+        trial_id: trial.id.clone(),
+        host: leases[0].host.clone(),
+        config_id: trial.config_id.clone(),
+        config_name: trial.config_name.clone(),
+        workload: trial.workload.clone(),
+        repeat: trial.repeat,
+        attempt: trial.attempts,
+        state: RunState::Running as i32,
+        started_unix_ms: now_unix_ms(),
+        lease_epoch: lease0.epoch,
+        ..Run::default()
+    };
+    for (k, v) in [
+        ("gang.nodes", n.to_string()),
+        ("gang.dist_init_addr", dist_init_addr),
+    ] {
+        run.facts.push(LogFact {
+            key: k.into(),
+            value: v,
+        });
+    }
+    let mut a = Attempt {
+        ctx,
+        spec,
+        trial,
+        host: leases[0].host.clone(),
+        client: leases[0].client.clone(),
+        run,
+        cancel,
+        lease: &lease0,
+        power: telemetry::PowerLog::with_interval(ctx.telemetry_interval),
+        clients: &[],
+        gang: Some(&ranks),
+    };
+    let outcome = a.attempt(run_id).await;
+    let blame = ranks.blame.lock().expect("gang lock").unwrap_or(0);
+    // Releasing a lease stops its rank's engine: every rank, at once.
+    let Ranks { ranks: others, .. } = ranks;
+    let releases = std::iter::once(lease0)
+        .chain(others.into_iter().map(|r| r.lease))
+        .map(AgentLease::release);
+    futures::future::join_all(releases).await;
+    (blame, outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address_host;
+
+    #[test]
+    fn rank_zero_is_dialled_where_its_agent_is() {
+        assert_eq!(address_host("127.0.0.1:7443"), "127.0.0.1");
+        assert_eq!(address_host("https://10.0.0.7:7443"), "10.0.0.7");
+        assert_eq!(address_host("http://gpu-a.example:7443/"), "gpu-a.example");
+        assert_eq!(address_host("[::1]:7443"), "[::1]");
+    }
+}
