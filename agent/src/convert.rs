@@ -15,6 +15,22 @@ pub fn kind_to_proto(kind: EngineKind) -> agentpb::EngineKind {
         EngineKind::Llamacpp => agentpb::EngineKind::Llamacpp,
         EngineKind::Sim => agentpb::EngineKind::Sim,
         EngineKind::Generic => agentpb::EngineKind::Generic,
+        EngineKind::SglangRouter => agentpb::EngineKind::SglangRouter,
+    }
+}
+
+/// The kind a wire value names; UNSPECIFIED (or a value this build does not know) reads as
+/// `generic`, whose metrics are read as whichever engine's names a scrape carries.
+pub fn kind_from_proto(value: i32) -> EngineKind {
+    match agentpb::EngineKind::try_from(value) {
+        Ok(agentpb::EngineKind::Sglang) => EngineKind::Sglang,
+        Ok(agentpb::EngineKind::Vllm) => EngineKind::Vllm,
+        Ok(agentpb::EngineKind::Llamacpp) => EngineKind::Llamacpp,
+        Ok(agentpb::EngineKind::Sim) => EngineKind::Sim,
+        Ok(agentpb::EngineKind::SglangRouter) => EngineKind::SglangRouter,
+        Ok(agentpb::EngineKind::Generic | agentpb::EngineKind::Unspecified) | Err(_) => {
+            EngineKind::Generic
+        }
     }
 }
 
@@ -308,6 +324,7 @@ pub fn level_result(
         window_s: r.window_s,
         ramp_up_s: r.ramp_up_s,
         prefix_cache: None,
+        deployment: None,
     }
 }
 

@@ -126,6 +126,17 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
     let engine = t.get("engine").and_then(|v| {
         let s = super::walk::as_string(ctx, &t.field("engine"), v)?;
         match s.parse::<EngineKind>() {
+            // A router is the front of a deployment, whose replicas the controller does not
+            // place yet: an agent's ApplyEngine starts one with the workers it is given.
+            Ok(k) if fleetbench_engines::defaults(k).router => {
+                let msg = format!(
+                    "{k} is a router, not an engine: a config cannot run it on its own (a \
+                     deployment of replicas behind it is started through the agents, see \
+                     docs/deployments.md)"
+                );
+                ctx.error(Some(&v.span()), &t.field("engine"), msg);
+                None
+            }
             Ok(k) => Some(k),
             Err(e) => {
                 ctx.error(Some(&v.span()), &t.field("engine"), e.to_string());

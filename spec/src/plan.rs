@@ -106,6 +106,9 @@ impl JobSpec {
                 .collect(),
             env: c.env.clone().into_iter().collect(),
             port: 0,
+            // A config is one server: a deployment's workers are not placed from a spec yet.
+            workers: Vec::new(),
+            workers_kind: 0,
         }
     }
 
@@ -276,6 +279,7 @@ pub fn kind_to_pb(kind: EngineKind) -> agentpb::EngineKind {
         EngineKind::Llamacpp => agentpb::EngineKind::Llamacpp,
         EngineKind::Sim => agentpb::EngineKind::Sim,
         EngineKind::Generic => agentpb::EngineKind::Generic,
+        EngineKind::SglangRouter => agentpb::EngineKind::SglangRouter,
     }
 }
 

@@ -171,6 +171,7 @@ pub fn spec(
             .collect(),
         env: Default::default(),
         port: u32::from(port),
+        ..Default::default()
     }
 }
 

@@ -30,6 +30,9 @@ impl Engine for Generic {
             allowed_env: Vec::new(),
             python_scratch: false,
             model_is_label: false,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -100,5 +103,10 @@ impl Engine for Generic {
 
     fn hit_rate_gauge(&self) -> &'static str {
         sglang::HIT_RATE_GAUGE
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }

@@ -61,6 +61,9 @@ impl Engine for Sim {
             allowed_env: vec![super::cuda_visible_devices()],
             python_scratch: false,
             model_is_label: true,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -122,5 +125,10 @@ impl Engine for Sim {
 
     fn hit_rate_gauge(&self) -> &'static str {
         Sglang.hit_rate_gauge()
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }

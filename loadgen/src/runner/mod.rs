@@ -357,6 +357,7 @@ impl Runner {
             let acc = warm.acc.lock().unwrap_or_else(|e| e.into_inner());
             report.prompt_tokens_all = acc.all_input_tokens;
             report.reusable_tokens_all = acc.all_reusable_tokens;
+            report.output_tokens_all = acc.all_output_tokens;
         }
         let start = Instant::now();
         let shared = self.shared(index, self.prompts.clone(), details, start, false);

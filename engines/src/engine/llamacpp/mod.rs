@@ -42,11 +42,17 @@ pub(super) const METRICS: Mapping = Mapping {
         names: &["llamacpp:tokens_predicted_total"],
         agg: Agg::Sum,
     },
+    // llama-server counts no requests: only the ones in flight (`requests_processing`).
+    requests: Rule {
+        names: &[],
+        agg: Agg::Sum,
+    },
 };
 
-/// llama.cpp's count of prompt tokens it evaluated.
+/// llama.cpp's count of prompt tokens it evaluated, and (newer builds) of those a cache held.
 pub(super) fn counters(expo: &Exposition, c: &mut CacheCounters) {
     c.prompt_tokens = cache::sum(expo, "llamacpp:prompt_tokens_total");
+    c.prompt_tokens_cached = cache::sum(expo, "llamacpp:prompt_tokens_cached_total");
 }
 
 /// llama.cpp's own errors that end it without a traceback (a `generic` program gets them too).
@@ -106,6 +112,9 @@ impl Engine for Llamacpp {
             ],
             python_scratch: false,
             model_is_label: false,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -172,5 +181,10 @@ impl Engine for Llamacpp {
     // llama.cpp has no hit-rate gauge; the name read is SGLang's, as for every kind but vLLM.
     fn hit_rate_gauge(&self) -> &'static str {
         super::sglang::HIT_RATE_GAUGE
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }

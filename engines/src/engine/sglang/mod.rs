@@ -41,6 +41,10 @@ pub(super) const METRICS: Mapping = Mapping {
         names: &["sglang:generation_tokens_total"],
         agg: Agg::Sum,
     },
+    requests: Rule {
+        names: &["sglang:num_requests_total"],
+        agg: Agg::Sum,
+    },
 };
 
 /// SGLang's cache counters (the simulator's too): prompt tokens received, those served from
@@ -95,6 +99,9 @@ impl Engine for Sglang {
             },
             python_scratch: true,
             model_is_label: false,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -155,5 +162,10 @@ impl Engine for Sglang {
 
     fn hit_rate_gauge(&self) -> &'static str {
         HIT_RATE_GAUGE
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }
