@@ -335,7 +335,12 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
         if merged.engine_written {
             return None;
         }
-        let kinds: Vec<_> = EngineKind::ALL.iter().map(|k| k.as_str()).collect();
+        // A router is no config's engine (see `raw_config`).
+        let kinds: Vec<_> = EngineKind::ALL
+            .iter()
+            .filter(|k| !fleetbench_engines::defaults(**k).router)
+            .map(|k| k.as_str())
+            .collect();
         let msg = format!("missing: the engine kind, one of: {}", kinds.join(", "));
         ctx.error(Some(&raw.table_span), &format!("{}.engine", raw.path), msg);
         return None;
