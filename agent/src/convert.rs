@@ -362,6 +362,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_kind_round_trips_through_the_wire_with_its_word() {
+        use fleetbench_proto::words::Word;
+        for kind in EngineKind::ALL {
+            let pb = kind_to_proto(kind);
+            assert_eq!(kind_from_proto(pb as i32), kind);
+            assert_eq!(pb.word(), kind.as_str());
+        }
+        assert_eq!(kind_from_proto(99), EngineKind::Generic);
+    }
+
+    #[test]
     fn the_load_generator_and_the_wire_agree_on_what_a_burst_is() {
         assert_eq!(lg::BURST_FACTOR, fleetbench_proto::BURST_FACTOR);
     }

@@ -119,6 +119,7 @@ pub fn level_figures(
 ) -> DeploymentFigure {
     let mut out = DeploymentFigure::default();
     let mut notes = Vec::new();
+    let router_read = router.is_ok();
     let outcomes = match router {
         Ok((b, a)) => outcome_deltas(b, a),
         Err(e) => {
@@ -139,7 +140,7 @@ pub fn level_figures(
                 *f.router_outcomes.entry(outcome.clone()).or_default() += n;
             }
         }
-        if !notes.iter().any(|n| n.starts_with("router:")) {
+        if router_read {
             f.router_requests = Some(f.router_outcomes.values().sum());
         }
         match (&r.before, &r.after) {
