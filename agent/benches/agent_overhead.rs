@@ -81,6 +81,7 @@ async fn apply_and_time_ready(
         env: Default::default(),
         port: u32::from(port),
         gang: None,
+        ..Default::default()
     };
     // An independent observer polls the engine's /health every 5 ms, from the moment the agent
     // reports the new engine spawned: the old engine is gone by then (the agent stops it

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::CacheSource;
 use crate::convert;
 use crate::lease::Leases;
+use crate::replicas::Replicas;
 use crate::supervisor::Snapshot;
 
 /// After a level with failed requests, how long to wait for the supervisor to report a crash
@@ -98,32 +99,48 @@ pub async fn run(
         Target::Engine { state, generation } => {
             let plan = state.borrow().plan.clone();
             let source = plan.as_deref().map(CacheSource::of_plan);
-            run_levels(
-                runner,
-                req,
-                Some((state, generation)),
+            let replicas = plan.as_deref().and_then(Replicas::of_plan);
+            let sources = Sources {
                 plan,
-                source,
-                leases,
-                tx,
-            )
-            .await
+                cache: source,
+                replicas,
+            };
+            run_levels(runner, req, Some((state, generation)), sources, leases, tx).await
         }
         Target::External(source) => {
-            run_levels(runner, req, None, None, Some(source), leases, tx).await
+            let sources = Sources {
+                plan: None,
+                cache: Some(source),
+                replicas: None,
+            };
+            run_levels(runner, req, None, sources, leases, tx).await
         }
     }
+}
+
+/// What a level's figures besides the load generator's are read from.
+struct Sources {
+    /// The engine (or router) the agent started; none for an external target.
+    plan: Option<std::sync::Arc<crate::profile::LaunchPlan>>,
+    /// Where the prefix-cache counters are.
+    cache: Option<CacheSource>,
+    /// A router's replicas, read one by one.
+    replicas: Option<Replicas>,
 }
 
 async fn run_levels(
     runner: Runner,
     req: agentpb::RunBenchmarkRequest,
     mut engine: Option<(watch::Receiver<Snapshot>, u64)>,
-    plan: Option<std::sync::Arc<crate::profile::LaunchPlan>>,
-    source: Option<CacheSource>,
+    sources: Sources,
     leases: Leases,
     tx: Tx,
 ) {
+    let Sources {
+        plan,
+        cache: source,
+        replicas,
+    } = sources;
     // An external target has no config of fleetbench's: its spans carry an empty config id.
     let config_id = plan
         .as_ref()
@@ -154,6 +171,7 @@ async fn run_levels(
             .and_then(|(state, generation)| interrupt_of(&state.borrow(), *generation));
         // The cache is emptied, and its counters read, outside the level's clock.
         let mut cache_before = None;
+        let mut replicas_before = None;
         if let (Some(src), None) = (&source, &before) {
             let reset = match (&plan, req.reset_cache) {
                 (_, false) => String::new(),
@@ -162,7 +180,16 @@ async fn run_levels(
                     "not flushed: an external target's cache is not fleetbench's to empty".into()
                 }
             };
-            cache_before = Some((reset, crate::cache::counters(&http, src).await));
+            let counters = match &replicas {
+                Some(r) => {
+                    let snap = r.snapshot(&http).await;
+                    let c = r.summed(&snap);
+                    replicas_before = Some(snap);
+                    c
+                }
+                None => crate::cache::counters(&http, src).await,
+            };
+            cache_before = Some((reset, counters));
         }
         if let Some(at) = start_at.take()
             && before.is_none()
@@ -197,7 +224,20 @@ async fn run_levels(
             result.histograms = histograms.as_ref().map(convert::histograms);
         }
         if let (Some(src), Some((reset, b)), None) = (&source, cache_before, &interrupt) {
-            let a = crate::cache::counters(&http, src).await;
+            let a = match (&replicas, replicas_before) {
+                (Some(r), Some(rb)) => {
+                    let snap = r.snapshot(&http).await;
+                    let a = r.summed(&snap);
+                    result.deployment = Some(r.figure(
+                        rb,
+                        snap,
+                        report.output_tokens_all,
+                        report.prompt_tokens_all,
+                    ));
+                    a
+                }
+                _ => crate::cache::counters(&http, src).await,
+            };
             let mut figure = crate::cache::figure(src.kind, b, a, report.prompt_tokens_all, reset);
             // The reuse the workload designs, on the same prompt tokens, beside the engine's.
             figure.designed_reuse = report.designed_reuse;

@@ -15,6 +15,22 @@ pub fn kind_to_proto(kind: EngineKind) -> agentpb::EngineKind {
         EngineKind::Llamacpp => agentpb::EngineKind::Llamacpp,
         EngineKind::Sim => agentpb::EngineKind::Sim,
         EngineKind::Generic => agentpb::EngineKind::Generic,
+        EngineKind::SglangRouter => agentpb::EngineKind::SglangRouter,
+    }
+}
+
+/// The kind a wire value names; UNSPECIFIED (or a value this build does not know) reads as
+/// `generic`, whose metrics are read as whichever engine's names a scrape carries.
+pub fn kind_from_proto(value: i32) -> EngineKind {
+    match agentpb::EngineKind::try_from(value) {
+        Ok(agentpb::EngineKind::Sglang) => EngineKind::Sglang,
+        Ok(agentpb::EngineKind::Vllm) => EngineKind::Vllm,
+        Ok(agentpb::EngineKind::Llamacpp) => EngineKind::Llamacpp,
+        Ok(agentpb::EngineKind::Sim) => EngineKind::Sim,
+        Ok(agentpb::EngineKind::SglangRouter) => EngineKind::SglangRouter,
+        Ok(agentpb::EngineKind::Generic | agentpb::EngineKind::Unspecified) | Err(_) => {
+            EngineKind::Generic
+        }
     }
 }
 
@@ -335,6 +351,7 @@ pub fn level_result(
         window_s: r.window_s,
         ramp_up_s: r.ramp_up_s,
         prefix_cache: None,
+        deployment: None,
     }
 }
 
@@ -370,6 +387,17 @@ pub fn progress(p: &lg::Progress) -> agentpb::BenchmarkProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_round_trips_through_the_wire_with_its_word() {
+        use fleetbench_proto::words::Word;
+        for kind in EngineKind::ALL {
+            let pb = kind_to_proto(kind);
+            assert_eq!(kind_from_proto(pb as i32), kind);
+            assert_eq!(pb.word(), kind.as_str());
+        }
+        assert_eq!(kind_from_proto(99), EngineKind::Generic);
+    }
 
     #[test]
     fn the_load_generator_and_the_wire_agree_on_what_a_burst_is() {

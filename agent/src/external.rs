@@ -312,15 +312,7 @@ fn list(v: &[String]) -> String {
 
 /// The engine kind the target's metrics are read as.
 pub(crate) fn metrics_kind(t: &agentpb::ExternalTarget) -> EngineKind {
-    match agentpb::EngineKind::try_from(t.metrics_kind) {
-        Ok(agentpb::EngineKind::Sglang) => EngineKind::Sglang,
-        Ok(agentpb::EngineKind::Vllm) => EngineKind::Vllm,
-        Ok(agentpb::EngineKind::Llamacpp) => EngineKind::Llamacpp,
-        Ok(agentpb::EngineKind::Sim) => EngineKind::Sim,
-        Ok(agentpb::EngineKind::Generic | agentpb::EngineKind::Unspecified) | Err(_) => {
-            EngineKind::Generic
-        }
-    }
+    crate::convert::kind_from_proto(t.metrics_kind)
 }
 
 #[cfg(test)]

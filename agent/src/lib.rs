@@ -30,6 +30,7 @@ mod private_file;
 pub mod profile;
 pub mod program;
 pub mod register;
+mod replicas;
 pub mod server;
 pub mod service;
 pub mod status;

@@ -400,8 +400,10 @@ impl Agent for AgentService {
                 .into());
             }
         };
-        let cfg = crate::convert::bench_config(&req, &plan.base_url, &self.cfg.dataset_roots)
+        let mut cfg = crate::convert::bench_config(&req, &plan.base_url, &self.cfg.dataset_roots)
             .map_err(RpcError::from)?;
+        // A router forwards no /tokenize: prompts are shaped by its first worker's.
+        cfg.tokenize_url = plan.spec.workers.first().cloned();
         let runner = crate::convert::runner(&req, cfg)
             .await
             .map_err(RpcError::from)?;

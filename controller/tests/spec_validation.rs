@@ -27,7 +27,7 @@ fn bad_configs() {
             "bad_configs.toml:5: configs[0].extends: extends forms a cycle: b -> a -> b",
             "bad_configs.toml:9: configs[1].extends: extends forms a cycle: a -> b -> a",
             "bad_configs.toml:13: configs[2].extends: no config named \"bsae\"",
-            "bad_configs.toml:17: configs[3].engine: unknown engine kind \"sglangg\" (expected one of sglang, vllm, llamacpp, sim, generic)",
+            "bad_configs.toml:17: configs[3].engine: unknown engine kind \"sglangg\" (expected one of sglang, vllm, llamacpp, sim, generic, sglang-router)",
             "bad_configs.toml:20: configs[4].engine: missing: the engine kind, one of: sglang, vllm, llamacpp, sim, generic",
             "bad_configs.toml:23: configs[4].env.\"2FAST\": not a valid environment variable name (letters, digits and _, not starting with a digit)",
             "bad_configs.toml:23: configs[4].env.BAD: expected a string, got a list",
@@ -36,6 +36,7 @@ fn bad_configs() {
             "bad_configs.toml:33: configs[6].prfile: unknown key \"prfile\" (did you mean \"profile\"?)",
             "bad_configs.toml:36: configs[7].name: same engine, model, flags and env as configs[6] (\"e\"); a config must differ from the others",
             "bad_configs.toml:41: configs[8].name: same engine, model, flags and env as configs[6] (\"e\"); a config must differ from the others",
+            "bad_configs.toml:46: configs[9].engine: sglang-router is a router, not an engine: a config cannot run it on its own (a deployment of replicas behind it is started through the agents, see docs/deployments.md)",
         ],
     );
 }

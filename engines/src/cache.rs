@@ -9,7 +9,11 @@
 //!   (counters); the `sglang:cache_hit_rate` gauge when the counters are absent.
 //! - vLLM: `vllm:prefix_cache_hits_total` over `vllm:prefix_cache_queries_total` (tokens).
 //! - llama.cpp: `llamacpp:prompt_tokens_total` counts prompt tokens it *evaluated*; what it did
-//!   not evaluate of what was sent came from a cache.
+//!   not evaluate of what was sent came from a cache. Newer builds also count those
+//!   (`llamacpp:prompt_tokens_cached_total`), so that evaluated plus cached is what it received.
+//!
+//! Behind a router the client does not know what each replica was sent: a replica's own figure
+//! ([`own_figure`]) comes from its counters alone.
 
 use crate::EngineKind;
 use crate::prom::{self, Exposition};
@@ -21,6 +25,8 @@ pub struct CacheCounters {
     pub prompt_tokens: Option<f64>,
     /// SGLang: prompt tokens served from the radix cache.
     pub cached_tokens: Option<f64>,
+    /// llama.cpp: prompt tokens it did not evaluate because a cache held them (newer builds).
+    pub prompt_tokens_cached: Option<f64>,
     /// vLLM: prefix-cache hits and queries, in tokens.
     pub hits: Option<f64>,
     pub queries: Option<f64>,
@@ -65,7 +71,7 @@ pub fn counters(kind: EngineKind, text: &str) -> CacheCounters {
 }
 
 /// A counter's increase (a counter that went down was reset: count from zero).
-fn delta(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+pub(crate) fn delta(before: Option<f64>, after: Option<f64>) -> Option<f64> {
     let after = after?;
     Some(match before {
         Some(b) if after >= b => after - b,
@@ -100,18 +106,8 @@ pub fn level_figure(
         f.hit_rate = (sent > 0).then(|| (1.0 - evaluated / sent as f64).clamp(0.0, 1.0));
         return f;
     }
-    // SGLang 0.5.23 creates `sglang:cached_tokens_total{cache_source=...}` at its first cache
-    // hit: on a fresh (or just restarted) server whose first level hits nothing, the counter is
-    // absent from both scrapes while the prompt counter is there, and that is 0 hits (seen on
-    // the real server: eight random prompts arriving together after a restart).
-    let cached = match delta(before.cached_tokens, after.cached_tokens) {
-        None if engine.cached_counter_created_lazily() && after.prompt_tokens.is_some() => {
-            Some(0.0)
-        }
-        c => c,
-    };
-    if let (Some(c), Some(p)) = (cached, delta(before.prompt_tokens, after.prompt_tokens)) {
-        f.source = "sglang:cached_tokens_total / sglang:prompt_tokens_total".into();
+    if let Some((c, p)) = received_and_cached(kind, before, after) {
+        f.source = SGLANG_SOURCE.into();
         f.prompt_tokens_engine = Some(p);
         f.hit_rate = (p > 0.0).then(|| (c / p).clamp(0.0, 1.0));
         return f;
@@ -126,6 +122,82 @@ pub fn level_figure(
     f
 }
 
+const SGLANG_SOURCE: &str = "sglang:cached_tokens_total / sglang:prompt_tokens_total";
+
+/// SGLang's cached and received prompt tokens between two scrapes.
+fn received_and_cached(
+    kind: EngineKind,
+    before: &CacheCounters,
+    after: &CacheCounters,
+) -> Option<(f64, f64)> {
+    // SGLang 0.5.23 creates `sglang:cached_tokens_total{cache_source=...}` at its first cache
+    // hit: on a fresh (or just restarted) server whose first level hits nothing, the counter is
+    // absent from both scrapes while the prompt counter is there, and that is 0 hits (seen on
+    // the real server: eight random prompts arriving together after a restart).
+    let cached = match delta(before.cached_tokens, after.cached_tokens) {
+        None if crate::engine::spec(kind).cached_counter_created_lazily()
+            && after.prompt_tokens.is_some() =>
+        {
+            Some(0.0)
+        }
+        c => c,
+    };
+    Some((cached?, delta(before.prompt_tokens, after.prompt_tokens)?))
+}
+
+/// What one engine received and served from its cache between two scrapes, by its own
+/// counters alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnFigure {
+    /// Prompt tokens received (llama.cpp: evaluated plus cached; vLLM: looked up).
+    pub received: f64,
+    /// Of those, served from its prefix cache.
+    pub cached: f64,
+    /// The metrics it came from.
+    pub source: &'static str,
+}
+
+/// A replica's own cache figure: unlike [`level_figure`] it needs no count of what the client
+/// sent, which behind a router is not known per replica. `Err` says why there is none.
+pub fn own_figure(
+    kind: EngineKind,
+    before: &CacheCounters,
+    after: &CacheCounters,
+) -> Result<OwnFigure, String> {
+    if let (Some(cached), Some(received)) = (
+        delta(before.hits, after.hits),
+        delta(before.queries, after.queries),
+    ) {
+        return Ok(OwnFigure {
+            received,
+            cached,
+            source: "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+        });
+    }
+    if crate::engine::spec(kind).counts_evaluated_prompt_tokens(after)
+        && let Some(evaluated) = delta(before.prompt_tokens, after.prompt_tokens)
+    {
+        let cached = delta(before.prompt_tokens_cached, after.prompt_tokens_cached).ok_or(
+            "llama-server without llamacpp:prompt_tokens_cached_total (an older build): its \
+             hit rate needs the prompt tokens it was sent, which the router does not count per \
+             worker",
+        )?;
+        return Ok(OwnFigure {
+            received: evaluated + cached,
+            cached,
+            source: "llamacpp:prompt_tokens_cached_total / (it + llamacpp:prompt_tokens_total)",
+        });
+    }
+    if let Some((cached, received)) = received_and_cached(kind, before, after) {
+        return Ok(OwnFigure {
+            received,
+            cached,
+            source: SGLANG_SOURCE,
+        });
+    }
+    Err("the engine's metrics carry no prefix-cache counters".into())
+}
+
 /// How to empty a kind's prefix cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheReset {
@@ -133,6 +205,8 @@ pub enum CacheReset {
     Post(&'static str),
     /// llama.cpp: `GET /slots`, then `POST /slots/{id}?action=erase` for each slot.
     EraseSlots,
+    /// A router keeps no prompts: each of its workers is reset by its own kind's reset.
+    Workers,
 }
 
 /// The reset for `kind`, with what it cannot do (said next to the result).

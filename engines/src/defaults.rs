@@ -66,6 +66,17 @@ pub struct KindDefaults {
     /// simulator): its model is only a label, so its built-in profile allows any, and it keeps
     /// the agent's user when the agent runs it from next to itself.
     pub model_is_label: bool,
+    /// Where the program serves Prometheus when not on its API port (SGLang's router): its
+    /// own default port, which a profile's `metrics_port` overrides; the fixed args pass it as
+    /// `{metrics_port}`. `None`: on the API port.
+    pub metrics_port: Option<u16>,
+    /// A router in front of replicas rather than an engine: it loads no model, and the agent
+    /// writes the caller's `EngineSpec.workers` where the fixed args say `{workers}`.
+    pub router: bool,
+    /// Flags that name upstream servers (worker URLs, disaggregated prefill and decode URLs,
+    /// service discovery): pinned like the fixed args, so that no caller flag points the
+    /// router anywhere but at the workers the agent allowed.
+    pub worker_flags: &'static [&'static str],
 }
 
 /// The defaults for `kind`, from its module.
@@ -78,7 +89,8 @@ pub(crate) fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
-/// Replaces `{model}`, `{host}` and `{port}` in each argument. Other braces are left alone.
+/// Replaces `{model}`, `{host}` and `{port}` in each argument. Other braces are left alone
+/// (`{workers}` and `{metrics_port}` are the agent's, which knows them).
 pub fn expand_args(args: &[String], model: &str, host: &str, port: u16) -> Vec<String> {
     let port = port.to_string();
     args.iter()
@@ -103,9 +115,20 @@ mod tests {
                 continue;
             }
             assert!(!d.program.is_empty(), "{kind}");
-            for p in ["{model}", "{host}", "{port}"] {
+            // A router loads no model: it takes its workers instead.
+            let needed: &[&str] = if d.router {
+                &["{workers}", "{host}", "{port}"]
+            } else {
+                &["{model}", "{host}", "{port}"]
+            };
+            for p in needed {
                 assert!(d.fixed_args.iter().any(|a| a == p), "{kind} lacks {p}");
             }
+            assert_eq!(
+                d.metrics_port.is_some(),
+                d.fixed_args.iter().any(|a| a == "{metrics_port}"),
+                "{kind}"
+            );
             assert!(d.grace_s > 0 && d.start_timeout_s > d.grace_s, "{kind}");
         }
         assert_eq!(defaults(EngineKind::Vllm).fixed_args[0], "serve");

@@ -43,6 +43,10 @@ engine_kinds! {
     Sim => "sim",
     /// A program fleetbench has no module for; its profile says everything.
     Generic => "generic",
+    /// SGLang's router (`sglang-router`): not an engine but the front of a deployment, routing
+    /// to replicas the agent names from `EngineSpec.workers`.
+    #[serde(rename = "sglang-router")]
+    SglangRouter => "sglang-router",
 }
 
 impl fmt::Display for EngineKind {
@@ -84,7 +88,8 @@ mod tests {
         let e = "tgi".parse::<EngineKind>().unwrap_err().to_string();
         assert_eq!(
             e,
-            "unknown engine kind \"tgi\" (expected one of sglang, vllm, llamacpp, sim, generic)"
+            "unknown engine kind \"tgi\" (expected one of sglang, vllm, llamacpp, sim, generic, \
+             sglang-router)"
         );
     }
 }

@@ -54,6 +54,9 @@ pub(crate) struct Mapping {
     pub(crate) gen_rate: Rule,
     pub(crate) prompt_total: Rule,
     pub(crate) gen_total: Rule,
+    /// Requests the engine finished since its start (counter); no names where it keeps none
+    /// (llama-server).
+    pub(crate) requests: Rule,
 }
 
 /// Reads a scrape of `kind`'s `/metrics` and maps it. `generic` uses whichever built-in

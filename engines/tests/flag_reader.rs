@@ -176,3 +176,47 @@ fn without_the_engine_the_tables_stand_and_pass_through_is_loose_but_named() {
             .is_err()
     );
 }
+
+#[test]
+fn sglang_router_help_is_read_and_every_table_flag_is_in_it() {
+    let out = Command::new(fleetbench_testkit::engines::sglang_router())
+        .args(["launch", "--help"])
+        .output()
+        .expect("run sglang-router launch --help");
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let args = EngineArgs::parse(&help).unwrap();
+    let policy_opt = args.find("--policy").unwrap();
+    assert_eq!(
+        policy_opt.choices.as_deref().unwrap(),
+        [
+            "random",
+            "round_robin",
+            "cache_aware",
+            "power_of_two",
+            "manual"
+        ]
+    );
+    let builtin = FlagPolicy::builtin(EngineKind::SglangRouter);
+    let p = policy(EngineKind::SglangRouter, &help, &[]);
+    let before: BTreeSet<String> = builtin.rules().into_iter().map(|r| r.name).collect();
+    let after: BTreeSet<String> = p.rules().into_iter().map(|r| r.name).collect();
+    assert!(before.is_subset(&after), "{:?}", before.difference(&after));
+    // argparse takes abbreviations: one that names a worker flag resolves to it, so a profile
+    // that pins the worker flags refuses it (the agent pins them all).
+    assert_eq!(
+        check(&p, "--worker-u", Some("http://x:1")).unwrap(),
+        "--worker-urls"
+    );
+    assert_eq!(
+        check(&p, "--poli", Some("round_robin")).unwrap(),
+        "--policy"
+    );
+    assert!(matches!(
+        check(&p, "--policy", Some("least_loaded")),
+        Err(FlagError::BadValue { .. })
+    ));
+    assert!(matches!(
+        check(&p, "--model-path", Some("/m")),
+        Err(FlagError::Gated { .. })
+    ));
+}

@@ -210,6 +210,9 @@ pub struct BenchConfig {
     pub request_timeout: Duration,
     /// A local `tokenizer.json` to shape prompts with (else the server's `/tokenize`).
     pub tokenizer: Option<PathBuf>,
+    /// The server whose `/tokenize` shapes prompts when the target forwards none (a router:
+    /// SGLang's answers 404, so the agent names one of its workers); `None`: the target.
+    pub tokenize_url: Option<String>,
 }
 
 impl BenchConfig {
@@ -235,6 +238,7 @@ impl BenchConfig {
             ignore_eos: true,
             request_timeout: Duration::from_secs(600),
             tokenizer: None,
+            tokenize_url: None,
         }
     }
 

@@ -81,6 +81,8 @@ pub(crate) struct Accum {
     pub all_input_tokens: u64,
     /// Of those, the tokens the workload designs to be served from a cache.
     pub all_reusable_tokens: u64,
+    /// Output tokens of every completed request, left-out ones included.
+    pub all_output_tokens: u64,
     /// Output tokens of completed requests by arrival, in `BUCKET`s from the level's start.
     arrivals: Vec<f64>,
     pub records: Vec<RequestRecord>,
@@ -130,6 +132,7 @@ impl Accum {
                 .usage
                 .map_or(u64::from(m.prompt.input_len.unwrap_or(0)), |u| u.0);
             self.all_reusable_tokens += u64::from(m.reusable);
+            self.all_output_tokens += s.usage.map_or(s.counted_tokens, |u| u.1);
             if steady.is_some() {
                 self.count_arrivals(start, m.chunks, s.usage.map(|u| u.1));
             }
@@ -306,6 +309,7 @@ impl Accum {
         r.output_tokens = self.output_tokens;
         r.prompt_tokens_all += self.all_input_tokens;
         r.reusable_tokens_all += self.all_reusable_tokens;
+        r.output_tokens_all += self.all_output_tokens;
         let mut window_output = None;
         if let Some((began, w)) = steady {
             let from = began + w.ramp_up;

@@ -46,6 +46,10 @@ pub struct LevelReport {
     /// session's history, a system prompt another session sent first).
     #[serde(default)]
     pub reusable_tokens_all: u64,
+    /// Output tokens of every completed request of the level, counted as `prompt_tokens_all`:
+    /// what the engines' generation counters saw (behind a router, summed over replicas).
+    #[serde(default)]
+    pub output_tokens_all: u64,
     /// `reusable_tokens_all / prompt_tokens_all`: the reuse the workload designs, to read
     /// beside the engine's own cache figure. `None` where the workload states none (files).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -45,7 +45,6 @@ macro_rules! words {
 }
 
 words! {
-    EngineKind => "ENGINE_KIND_",
     EngineState => "ENGINE_STATE_",
     CrashClass => "CRASH_CLASS_",
     LogStream => "LOG_STREAM_",
@@ -55,6 +54,22 @@ words! {
     TrialState => "TRIAL_STATE_",
     AgentHealth => "AGENT_HEALTH_",
     RunState => "RUN_STATE_",
+}
+
+/// Engine kinds are spelt as profiles and job specs spell them: `ENGINE_KIND_SGLANG_ROUTER` is
+/// `sglang-router`.
+impl Word for EngineKind {
+    const PREFIX: &'static str = "ENGINE_KIND_";
+    fn proto_name(self) -> &'static str {
+        self.as_str_name()
+    }
+    fn word(self) -> String {
+        let name = self.proto_name();
+        name.strip_prefix(Self::PREFIX)
+            .unwrap_or(name)
+            .to_ascii_lowercase()
+            .replace('_', "-")
+    }
 }
 
 /// A job submitted without a kind (an older client) is a sweep, so `unspecified` reads `sweep`.
@@ -101,6 +116,7 @@ mod tests {
         assert_eq!(TrialState::EngineFailed.word(), "engine_failed");
         assert_eq!(CrashClass::PythonException.word(), "python_exception");
         assert_eq!(EngineKind::Llamacpp.word(), "llamacpp");
+        assert_eq!(EngineKind::SglangRouter.word(), "sglang-router");
         assert_eq!(JobKind::Unspecified.word(), "sweep");
         assert_eq!(JobKind::Tune.word(), "tune");
         assert_eq!(AgentHealth::word_of(AgentHealth::Ready as i32), "ready");

@@ -131,6 +131,17 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
     let engine = t.get("engine").and_then(|v| {
         let s = super::walk::as_string(ctx, &t.field("engine"), v)?;
         match s.parse::<EngineKind>() {
+            // A router is the front of a deployment, whose replicas the controller does not
+            // place yet: an agent's ApplyEngine starts one with the workers it is given.
+            Ok(k) if fleetbench_engines::defaults(k).router => {
+                let msg = format!(
+                    "{k} is a router, not an engine: a config cannot run it on its own (a \
+                     deployment of replicas behind it is started through the agents, see \
+                     docs/deployments.md)"
+                );
+                ctx.error(Some(&v.span()), &t.field("engine"), msg);
+                None
+            }
             Ok(k) => Some(k),
             Err(e) => {
                 ctx.error(Some(&v.span()), &t.field("engine"), e.to_string());
@@ -339,7 +350,12 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
         if merged.engine_written {
             return None;
         }
-        let kinds: Vec<_> = EngineKind::ALL.iter().map(|k| k.as_str()).collect();
+        // A router is no config's engine (see `raw_config`).
+        let kinds: Vec<_> = EngineKind::ALL
+            .iter()
+            .filter(|k| !fleetbench_engines::defaults(**k).router)
+            .map(|k| k.as_str())
+            .collect();
         let msg = format!("missing: the engine kind, one of: {}", kinds.join(", "));
         ctx.error(Some(&raw.table_span), &format!("{}.engine", raw.path), msg);
         return None;

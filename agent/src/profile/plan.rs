@@ -90,12 +90,23 @@ impl Profile {
                 got: spec.port.to_string(),
             }));
         }
+        let workers = self.workers(spec)?;
+        let metrics_port = self.metrics_port.unwrap_or(port);
         let subst = |a: &str| {
             a.replace("{port}", &port.to_string())
+                .replace("{metrics_port}", &metrics_port.to_string())
                 .replace("{model}", model)
                 .replace("{host}", &self.host)
         };
-        let fixed: Vec<String> = self.args.iter().map(|a| subst(a)).collect();
+        // `{workers}` stands for as many arguments as there are workers.
+        let fixed: Vec<String> = self
+            .args
+            .iter()
+            .flat_map(|a| match a.as_str() {
+                "{workers}" => workers.clone(),
+                a => vec![subst(a)],
+            })
+            .collect();
 
         // The engine's list may add spellings of a pinned setting: pins are resolved with it.
         let mut pinned = flags.pinned(&self.args);
@@ -170,9 +181,12 @@ impl Profile {
         argv.extend(flag_args);
         argv.extend(gang_args);
         let base_url = format!("http://{}:{port}", url_host(&self.host));
+        let metrics_base = format!("http://{}:{metrics_port}", url_host(&self.host));
+        // Where the replicas run is placement, not configuration: not in the config's identity.
         let config_id = fleetbench_engines::config_id(self.kind, model, &flags, &spec_env);
         let mut spec = spec.clone();
         spec.port = u32::from(port);
+        spec.workers = workers;
         Ok(LaunchPlan {
             withheld_env: Vec::new(),
             profile: self.name.clone(),
@@ -182,7 +196,10 @@ impl Profile {
             host: self.host.clone(),
             port,
             health_url: format!("{base_url}{}", self.health_path),
-            metrics_url: self.metrics_path.as_ref().map(|p| format!("{base_url}{p}")),
+            metrics_url: self
+                .metrics_path
+                .as_ref()
+                .map(|p| format!("{metrics_base}{p}")),
             base_url,
             stop_signal: self.stop_signal,
             grace: self.grace,
@@ -193,6 +210,75 @@ impl Profile {
         })
     }
 }
+
+impl Profile {
+    /// The caller's workers, each checked against `allowed_workers` and written as its
+    /// canonical origin (as the router labels its metrics); only a router takes any.
+    fn workers(&self, spec: &agentpb::EngineSpec) -> Result<Vec<String>, RequestError> {
+        let refuse = |field: String, message: String| RequestError::Workers { field, message };
+        if !self.router {
+            if spec.workers.is_empty() {
+                return Ok(Vec::new());
+            }
+            return Err(refuse(
+                "workers".into(),
+                format!(
+                    "profile {:?} runs {}, not a router: it takes no workers",
+                    self.name, self.kind
+                ),
+            ));
+        }
+        if spec.workers.is_empty() && self.args.iter().any(|a| a == "{workers}") {
+            return Err(refuse(
+                "workers".into(),
+                format!(
+                    "profile {:?} is a router: name at least one worker",
+                    self.name
+                ),
+            ));
+        }
+        if spec.workers.len() > MAX_WORKERS {
+            return Err(refuse(
+                "workers".into(),
+                format!("at most {MAX_WORKERS}, got {}", spec.workers.len()),
+            ));
+        }
+        let mut out: Vec<String> = Vec::new();
+        for (i, w) in spec.workers.iter().enumerate() {
+            let field = format!("workers[{i}]");
+            let shown: String = w.chars().take(200).collect();
+            let o = crate::external::origin(w).map_err(|m| refuse(field.clone(), m))?;
+            if w.trim_end_matches('/').matches('/').count() > 2 {
+                return Err(refuse(
+                    field,
+                    format!("{shown:?}: a worker is a base URL, scheme://host:port"),
+                ));
+            }
+            if !self.allowed_workers.contains(&o) {
+                return Err(refuse(
+                    field,
+                    format!(
+                        "{o} is not an allowed worker of profile {:?} (allowed_workers: {})",
+                        self.name,
+                        if self.allowed_workers.is_empty() {
+                            "none".to_string()
+                        } else {
+                            self.allowed_workers.join(", ")
+                        }
+                    ),
+                ));
+            }
+            if out.contains(&o) {
+                return Err(refuse(field, format!("{o} is named twice")));
+            }
+            out.push(o);
+        }
+        Ok(out)
+    }
+}
+
+/// Workers one router may be given at most.
+const MAX_WORKERS: usize = 256;
 
 fn url_host(host: &str) -> String {
     match host {

@@ -21,6 +21,7 @@ fn spec(flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
         env: Default::default(),
         port: 4242,
         gang: None,
+        ..Default::default()
     }
 }
 
@@ -195,4 +196,92 @@ fn llamacpp_refuses_a_gang_and_a_rendezvous_port() {
     });
     let e = p.plan(&s).unwrap_err().to_string();
     assert!(e.contains("llamacpp cannot span hosts"), "{e}");
+}
+
+/// A router profile on a program that exists everywhere (only its argv is looked at).
+fn router(extra: &str) -> Profile {
+    let text =
+        format!("kind = \"sglang-router\"\nprogram = \"/bin/sleep\"\nmetrics_port = 4343\n{extra}");
+    crate::config::profile_from_toml("router", &text).unwrap()
+}
+
+fn router_spec(workers: &[&str], flags: &[(&str, Option<&str>)]) -> agentpb::EngineSpec {
+    agentpb::EngineSpec {
+        profile: "router".into(),
+        workers: workers.iter().map(|w| w.to_string()).collect(),
+        workers_kind: agentpb::EngineKind::Llamacpp as i32,
+        ..spec(flags)
+    }
+}
+
+#[test]
+fn a_router_gets_only_allowed_workers_and_no_flag_names_one() {
+    let p = router("allowed_workers = [\"http://127.0.0.1:9101\", \"http://LOCALHOST:9102/\"]\n");
+    let plan = p
+        .plan(&router_spec(
+            &["http://127.0.0.1:9101", "http://localhost:9102"],
+            &[("--policy", Some("round_robin"))],
+        ))
+        .unwrap();
+    let argv = plan.argv[1..].join(" ");
+    assert_eq!(
+        argv,
+        "launch --host 127.0.0.1 --port 4242 --worker-urls http://127.0.0.1:9101 \
+         http://localhost:9102 --prometheus-host 127.0.0.1 --prometheus-port 4343 --policy \
+         round_robin"
+    );
+    assert_eq!(
+        plan.metrics_url.as_deref(),
+        Some("http://127.0.0.1:4343/metrics")
+    );
+    assert_eq!(plan.health_url, "http://127.0.0.1:4242/readiness");
+    assert_eq!(
+        plan.worker_metrics_urls(),
+        [
+            "http://127.0.0.1:9101/metrics",
+            "http://localhost:9102/metrics"
+        ]
+    );
+
+    let refused = |workers: &[&str], flags: &[(&str, Option<&str>)]| {
+        p.plan(&router_spec(workers, flags))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = refused(&["http://127.0.0.1:9101", "http://10.0.0.7:9101"], &[]);
+    assert!(
+        e.starts_with("workers[1]: http://10.0.0.7:9101 is not an allowed worker"),
+        "{e}"
+    );
+    assert!(refused(&[], &[]).starts_with("workers: profile \"router\" is a router"));
+    assert!(refused(&["http://127.0.0.1:9101/v1"], &[]).starts_with("workers[0]:"));
+    assert!(refused(&["http://127.0.0.1:9101", "http://127.0.0.1:9101/"], &[]).contains("twice"));
+    // Every flag that would name an upstream, under any spelling, is pinned.
+    for (flag, value) in [
+        ("--worker-urls", Some("http://10.0.0.7:1")),
+        ("--worker-u", Some("http://10.0.0.7:1")),
+        ("--prefill", Some("http://10.0.0.7:1")),
+        ("--service-discovery", None),
+        ("--prometheus-port", Some("1")),
+    ] {
+        let e = refused(&["http://127.0.0.1:9101"], &[(flag, value)]);
+        assert!(e.contains("is set by the agent"), "{flag}: {e}");
+    }
+    // The built-in router profile allows no worker.
+    let builtin = Profile::builtins();
+    let b = &builtin["sglang-router"];
+    assert!(b.allowed_workers.is_empty());
+    assert_eq!(b.metrics_port, Some(29000));
+    // An engine takes no workers, and its profile cannot allow any.
+    let e = generic("").plan(&router_spec(&["http://127.0.0.1:9101"], &[]));
+    assert!(e.unwrap_err().to_string().contains("not a router"));
+    let e = crate::config::profile_from_toml(
+        "g",
+        "kind = \"generic\"\nprogram = \"/bin/sleep\"\nallowed_workers = [\"http://a:1\"]\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("profiles.g.allowed_workers[0]"),
+        "{e}"
+    );
 }

@@ -172,6 +172,7 @@ pub fn spec(
         env: Default::default(),
         port: u32::from(port),
         gang: None,
+        ..Default::default()
     }
 }
 

@@ -31,6 +31,9 @@ impl Engine for Generic {
             allowed_env: Vec::new(),
             python_scratch: false,
             model_is_label: false,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -112,5 +115,10 @@ impl Engine for Generic {
 
     fn gang_pins(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }

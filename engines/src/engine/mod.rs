@@ -13,12 +13,14 @@
 pub(crate) mod generic;
 pub(crate) mod llamacpp;
 pub(crate) mod sglang;
+pub(crate) mod sglang_router;
 pub(crate) mod sim;
 pub(crate) mod vllm;
 
 use crate::EngineKind;
 use crate::cache::{CacheCounters, CacheReset};
 use crate::defaults::KindDefaults;
+use crate::deployment::WorkerOutcome;
 use crate::flags::FlagType;
 use crate::flags::tables::{Row, choice};
 use crate::gang::{Gang, GangError};
@@ -77,6 +79,8 @@ pub(crate) trait Engine: Sync {
     fn gang_args(&self, gang: &Gang) -> Result<Vec<String>, GangError>;
     /// The flags that carry a rendezvous: set by the agent alone, refused from a user.
     fn gang_pins(&self) -> &'static [&'static str];
+    /// A router's attempts per worker by outcome, from one scrape; empty for an engine.
+    fn worker_outcomes(&self, expo: &Exposition) -> Vec<WorkerOutcome>;
 }
 
 /// The module of `kind`: the one match on the kind in fleetbench's engine knowledge.
@@ -87,6 +91,7 @@ pub(crate) fn spec(kind: EngineKind) -> &'static dyn Engine {
         EngineKind::Llamacpp => &llamacpp::Llamacpp,
         EngineKind::Sim => &sim::Sim,
         EngineKind::Generic => &generic::Generic,
+        EngineKind::SglangRouter => &sglang_router::SglangRouter,
     }
 }
 
@@ -141,7 +146,9 @@ mod tests {
             assert!(!d.program.is_empty(), "{kind}");
             assert!(!e.flag_rows().is_empty(), "{kind}");
             assert!(!e.gated_rows().is_empty(), "{kind}");
-            assert!(!d.allowed_env.is_empty(), "{kind}");
+            // A router runs on no GPU and reads no tuning variable.
+            assert_eq!(d.allowed_env.is_empty(), d.router, "{kind}");
+            assert_eq!(d.worker_flags.is_empty(), !d.router, "{kind}");
             for (names, _) in e.flag_rows().iter().chain(&e.gated_rows()) {
                 assert!(names[0].starts_with("--"), "{kind}: {names:?}");
             }
@@ -155,6 +162,7 @@ mod tests {
             EngineKind::Vllm => "vllm:",
             EngineKind::Llamacpp => "llamacpp:",
             EngineKind::Generic => "",
+            EngineKind::SglangRouter => "smg_",
         };
         for kind in EngineKind::ALL {
             let m = spec(kind).metric_mapping(&prom::parse(""));
@@ -165,6 +173,7 @@ mod tests {
                 &m.gen_rate,
                 &m.prompt_total,
                 &m.gen_total,
+                &m.requests,
             ] {
                 for n in rule.names {
                     assert!(n.starts_with(prefix(kind)), "{kind}: {n}");

@@ -62,6 +62,9 @@ impl Engine for Sim {
             allowed_env: vec![super::cuda_visible_devices()],
             python_scratch: false,
             model_is_label: true,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -132,5 +135,10 @@ impl Engine for Sim {
 
     fn gang_pins(&self) -> &'static [&'static str] {
         Sglang.gang_pins()
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }

@@ -45,7 +45,15 @@ impl EngineArgs {
     pub fn parse(text: &str) -> Result<EngineArgs, String> {
         let mut options: Vec<HelpOption> = Vec::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
+        // A shell example in a description (`sglang-router launch --help`: `  --policy
+        // cache_aware` after a line continued with `\`) is not an option row.
+        let mut continued = false;
         for line in text.lines() {
+            let example = continued;
+            continued = line.contains(" \\");
+            if example || continued {
+                continue;
+            }
             for o in parse_row(line) {
                 if o.names.iter().any(|n| seen.contains(n)) {
                     continue;

@@ -127,7 +127,11 @@ impl Runner {
         let (counter, source) = match &cfg.tokenizer {
             Some(path) => (Some(Counter::local(path.clone())?), "tokenizer.json"),
             None if needs_shaping => {
-                let c = Counter::server(SetupClient::new(target.clone()), &target.base_url).await?;
+                let at = match &cfg.tokenize_url {
+                    Some(url) => Target::resolve(url, &cfg.client).await?,
+                    None => target.clone(),
+                };
+                let c = Counter::server(SetupClient::new(at.clone()), &at.base_url).await?;
                 let source = if c.is_some() {
                     "server /tokenize"
                 } else {
@@ -358,6 +362,7 @@ impl Runner {
             let acc = warm.acc.lock().unwrap_or_else(|e| e.into_inner());
             report.prompt_tokens_all = acc.all_input_tokens;
             report.reusable_tokens_all = acc.all_reusable_tokens;
+            report.output_tokens_all = acc.all_output_tokens;
         }
         let start = Instant::now();
         let shared = self.shared(index, self.prompts.clone(), details, start, false);

@@ -97,9 +97,17 @@ pub struct ApplyArgs {
     /// Engine profile in the agent's configuration.
     #[arg(long)]
     pub profile: String,
-    /// Model path or name, as the profile's program takes it.
-    #[arg(long)]
+    /// Model path or name, as the profile's program takes it (none for a router).
+    #[arg(long, default_value = "")]
     pub model: String,
+    /// A router's worker: a replica's base URL (`http://host:port`), one the profile's
+    /// `allowed_workers` lists. Repeatable.
+    #[arg(long = "worker", value_name = "URL")]
+    pub workers: Vec<String>,
+    /// The engine the workers run, so that their metrics are read right (sglang, vllm,
+    /// llamacpp, sim, generic).
+    #[arg(long, default_value = "generic")]
+    pub workers_kind: String,
     /// A flag for the engine: NAME or NAME=VALUE (`--flag --tp-size=2`,
     /// `--flag --disable-cuda-graph`). Repeatable.
     #[arg(long = "flag", value_name = "NAME[=VALUE]", allow_hyphen_values = true)]
@@ -151,6 +159,10 @@ impl ApplyArgs {
             }
             env.insert(k.to_string(), v.to_string());
         }
+        let workers_kind = match self.workers_kind.parse::<fleetbench_engines::EngineKind>() {
+            Ok(k) => fleetbench_agent::convert::kind_to_proto(k),
+            Err(e) => bail!("--workers-kind: {e}"),
+        };
         Ok(agentpb::ApplyEngineRequest {
             spec: Some(agentpb::EngineSpec {
                 profile: self.profile.clone(),
@@ -159,6 +171,8 @@ impl ApplyArgs {
                 env,
                 port: self.port,
                 gang: None,
+                workers: self.workers.clone(),
+                workers_kind: workers_kind as i32,
             }),
             run_id: self.run_id.clone(),
             lease_epoch: 0,

@@ -196,6 +196,7 @@ pub fn config(a: &Args, base_url: String) -> anyhow::Result<BenchConfig> {
         ignore_eos: !a.no_ignore_eos,
         request_timeout: a.request_timeout,
         tokenizer: a.tokenizer.clone(),
+        tokenize_url: None,
     };
     cfg.validate().map_err(config_error)?;
     Ok(cfg)

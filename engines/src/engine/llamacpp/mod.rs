@@ -43,11 +43,17 @@ pub(super) const METRICS: Mapping = Mapping {
         names: &["llamacpp:tokens_predicted_total"],
         agg: Agg::Sum,
     },
+    // llama-server counts no requests: only the ones in flight (`requests_processing`).
+    requests: Rule {
+        names: &[],
+        agg: Agg::Sum,
+    },
 };
 
-/// llama.cpp's count of prompt tokens it evaluated.
+/// llama.cpp's count of prompt tokens it evaluated, and (newer builds) of those a cache held.
 pub(super) fn counters(expo: &Exposition, c: &mut CacheCounters) {
     c.prompt_tokens = cache::sum(expo, "llamacpp:prompt_tokens_total");
+    c.prompt_tokens_cached = cache::sum(expo, "llamacpp:prompt_tokens_cached_total");
 }
 
 /// llama.cpp's own errors that end it without a traceback (a `generic` program gets them too).
@@ -107,6 +113,9 @@ impl Engine for Llamacpp {
             ],
             python_scratch: false,
             model_is_label: false,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -184,5 +193,10 @@ impl Engine for Llamacpp {
 
     fn gang_pins(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }

@@ -42,6 +42,10 @@ pub(super) const METRICS: Mapping = Mapping {
         names: &["sglang:generation_tokens_total"],
         agg: Agg::Sum,
     },
+    requests: Rule {
+        names: &["sglang:num_requests_total"],
+        agg: Agg::Sum,
+    },
 };
 
 /// SGLang's cache counters (the simulator's too): prompt tokens received, those served from
@@ -96,6 +100,9 @@ impl Engine for Sglang {
             },
             python_scratch: true,
             model_is_label: false,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -164,5 +171,10 @@ impl Engine for Sglang {
 
     fn gang_pins(&self) -> &'static [&'static str] {
         crate::gang::SGLANG_PINS
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }

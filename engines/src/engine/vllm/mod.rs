@@ -42,6 +42,10 @@ pub(super) const METRICS: Mapping = Mapping {
         names: &["vllm:generation_tokens_total"],
         agg: Agg::Sum,
     },
+    requests: Rule {
+        names: &["vllm:request_success_total"],
+        agg: Agg::Sum,
+    },
 };
 
 /// vLLM's prefix-cache hits and queries (tokens), and the gauge of versions before them.
@@ -84,6 +88,9 @@ impl Engine for Vllm {
             },
             python_scratch: true,
             model_is_label: false,
+            metrics_port: None,
+            router: false,
+            worker_flags: &[],
         }
     }
 
@@ -186,5 +193,10 @@ impl Engine for Vllm {
             "--data-parallel-start-rank",
             "--headless",
         ]
+    }
+
+    // An engine routes to no workers.
+    fn worker_outcomes(&self, _expo: &Exposition) -> Vec<crate::deployment::WorkerOutcome> {
+        Vec::new()
     }
 }
