@@ -158,6 +158,8 @@ impl StandIn {
                 program: "none: fleetbench-swarm stand-in (no process)".into(),
                 flags: Vec::new(),
                 allows_any_model: true,
+                // A stand-in runs no engine, so no rank of one spanning hosts either.
+                rendezvous_port: 0,
             }],
             labels: self.labels.iter().cloned().collect(),
             ..Default::default()

@@ -131,8 +131,28 @@ impl Ranks {
     }
 
     /// A crashed level of rank 0: names the rank that ended first, if one did (waiting a
-    /// moment for its watcher when rank 0 says it lost a peer).
+    /// moment for its watcher when rank 0 says it lost a peer). A level that failed because
+    /// the controller stopped rank 0 after a peer's exit is that peer's crash too.
     pub(super) async fn name_loss(&self, result: &mut LevelResult) {
+        if result.outcome == LevelOutcome::Failed as i32
+            && let Some(loss) = self.lost.lock().expect("gang lock").clone()
+        {
+            result.outcome = LevelOutcome::Crashed as i32;
+            result.crash = Some(agentpb::Crash {
+                class: CrashClass::RankLost as i32,
+                summary: format!(
+                    "rank {} on host {} ended mid-level ({}); rank 0 was stopped after {} s \
+                     without ending its level ({})",
+                    loss.rank,
+                    loss.host,
+                    loss.what,
+                    RANK_LOSS_GRACE.as_secs(),
+                    result.error
+                ),
+                ..Default::default()
+            });
+            return;
+        }
         if result.outcome != LevelOutcome::Crashed as i32 {
             return;
         }
@@ -222,17 +242,32 @@ impl Ranks {
                 .await?;
             a.trial_event(TrialState::Running, "").await?;
             let before = stored.len();
-            let watch = self.watch_all(a.run.run_id.clone());
-            let stalled = tokio::select! {
-                r = a.bench(stored) => { r?; None }
-                stop = watch => Some(stop),
+            let benched = {
+                let (mut rank0, epoch0) = (a.client.clone(), a.lease.epoch);
+                let watch = self.watch_all(a.run.run_id.clone());
+                let bench = a.bench(stored);
+                tokio::pin!(watch, bench);
+                let benched = tokio::select! {
+                    r = &mut bench => r,
+                    why = &mut watch => {
+                        // Rank 0 did not end its level after a peer's exit (a real engine can wait
+                        // in a collective until NCCL's time-out): stop it, and read the level its
+                        // agent then reports (stored as crashed, naming the rank: `name_loss`).
+                        tracing::warn!("{why}: stopping rank 0");
+                        let stop = rank0.stop_engine(StopEngineRequest { lease_epoch: epoch0 });
+                        let _ = tokio::time::timeout(Duration::from_secs(60), stop).await;
+                        match tokio::time::timeout(Duration::from_secs(60), &mut bench).await {
+                            Ok(r) => r,
+                            Err(_) => Err(Stop::Lost(format!(
+                                "{why}; rank 0's agent did not end the benchmark after its engine \
+                                 was stopped"
+                            ))),
+                        }
+                    }
+                };
+                benched
             };
-            if let Some(stop) = stalled {
-                // Rank 0 did not end its level after a peer's exit: stop it; the level in
-                // progress is not measured.
-                a.stop_engine().await;
-                return Err(stop);
-            }
+            benched?;
             let after = a.ctx.store.stored_level_indices(&a.trial.id).await?;
             if after.len() >= total {
                 return Ok(());
@@ -435,7 +470,7 @@ impl Ranks {
     /// state is noted (for the level's crash) and, if rank 0 has not ended its level within
     /// [`RANK_LOSS_GRACE`], resolves with the stop. A broken watch stream is left to the
     /// rank's lease (a partition ends it).
-    async fn watch_all(&self, run_id: String) -> Stop {
+    async fn watch_all(&self, run_id: String) -> String {
         if self.ranks.is_empty() {
             return std::future::pending().await;
         }
@@ -450,13 +485,13 @@ impl Ranks {
             what: what.clone(),
         });
         tokio::time::sleep(RANK_LOSS_GRACE).await;
-        Stop::Rejected(format!(
+        format!(
             "rank {} on host {} ended mid-level ({what}) and rank 0 did not end its level within \
-             {} s: stopped",
+             {} s",
             r.rank,
             r.host,
             RANK_LOSS_GRACE.as_secs()
-        ))
+        )
     }
 
     /// Stops every rank above 0 (bounded per host); a deposed controller leaves them.
