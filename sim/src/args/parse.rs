@@ -205,6 +205,7 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
                     "nan" => out.faults.nan = true,
                     "oom-at-start" => out.faults.oom_at_start = true,
                     "slow-start" => out.faults.slow_start = true,
+                    "hang-on-peer-loss" => out.faults.hang_on_peer_loss = true,
                     "hang-after-requests" => {
                         let n = match arg {
                             Some(a) => a,
@@ -227,7 +228,8 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
                         return Err(ArgError::BadChoice {
                             flag: f.into(),
                             value,
-                            choices: "'nan', 'oom-at-start', 'hang-after-requests N', 'slow-start'"
+                            choices: "'nan', 'oom-at-start', 'hang-after-requests N', \
+                                      'slow-start', 'hang-on-peer-loss'"
                                 .into(),
                         });
                     }
