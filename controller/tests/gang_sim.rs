@@ -315,3 +315,28 @@ async fn kill_rank_1_in_level_0(more_flags: &str) -> String {
     eprintln!("level 0 crash: {}", crash.summary);
     crash.summary.clone()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_gang_is_placed_without_a_host_that_can_be_rank_0() {
+    // Two ready hosts, neither reserving a rendezvous port: the gang never holds one of them
+    // while it waits, and the job ends saying what it needs.
+    let dir = tempfile::tempdir().unwrap();
+    let g1 = gang_agent(dir.path(), "g1", false, &[]);
+    let g2 = gang_agent(dir.path(), "g2", false, &[]);
+    let mut cfg = local_config(dir.path(), &[&g1, &g2]);
+    cfg.host_wait = Duration::from_secs(2);
+    let ctl = start_local(cfg).await;
+    let mut client = client(ctl.addr).await;
+    let id = submit_trials(&mut client, spec("1", 4), "gang.toml", 1).await;
+    let job = wait_job(&mut client, &id, Duration::from_secs(30)).await;
+    assert_eq!(job.state, JobState::Failed as i32, "{job:?}");
+    assert!(
+        job.error.contains("g1 (ready, matches)")
+            && job.error.contains("config \"two-nodes\" spans 2 hosts")
+            && job.error.contains("rendezvous_port in profile \"sim\""),
+        "{}",
+        job.error
+    );
+    assert!(ctl.store.runs(&id).await.unwrap().is_empty());
+    ctl.shutdown().await;
+}
