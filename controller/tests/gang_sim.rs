@@ -6,7 +6,8 @@
 //! - a rank 1 that cannot start (its host's profile makes the simulator fail at start) leaves
 //!   neither rank running, and the trial names rank 1 and its host;
 //! - rank 1's process SIGKILLed mid-level ends the gang: the level is stored as crashed naming
-//!   rank 1 and its host (`rank_lost`), rank 0's process is gone, the rest runs on a new gang.
+//!   rank 1 and its host (`rank_lost`), rank 0's process is gone, the rest runs on a new gang;
+//!   the same when rank 0 hangs after losing its peer instead of exiting.
 
 mod common;
 
@@ -50,6 +51,11 @@ fn gang_agent(dir: &Path, name: &str, rendezvous: bool, extra_args: &[&str]) -> 
 
 /// A one-config job of `nodes = 2` over these load levels.
 fn spec(levels: &str, requests: u32) -> String {
+    spec_with(levels, requests, "")
+}
+
+/// As [`spec`], with more simulator flags (`, "--x" = 1`).
+fn spec_with(levels: &str, requests: u32, more_flags: &str) -> String {
     format!(
         r#"name = "gang"
 
@@ -58,7 +64,7 @@ name = "two-nodes"
 engine = "sim"
 model = "sim-model"
 nodes = 2
-flags = {{ "--ttft-ms" = 20, "--itl-ms" = 10 }}
+flags = {{ "--ttft-ms" = 20, "--itl-ms" = 10{more_flags} }}
 
 [[workloads]]
 name = "w"
@@ -221,6 +227,26 @@ async fn a_rank_that_cannot_start_leaves_no_rank_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rank_killed_mid_level_ends_the_gang_and_marks_the_level() {
+    // Rank 0 exits with NCCL's remote error as soon as its peer's connection drops.
+    let summary = kill_rank_1_in_level_0("").await;
+    assert!(summary.contains("; rank 0: rank_lost: "), "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_0_that_hangs_after_its_peer_is_lost_is_stopped() {
+    // Rank 0 stops answering instead (as in a collective waiting for NCCL's time-out): the
+    // controller (or rank 0's agent, when its health probe fails first) ends it.
+    let summary = kill_rank_1_in_level_0(r#", "--fault" = "hang-on-peer-loss""#).await;
+    assert!(!summary.contains("; rank 0: rank_lost: "), "{summary}");
+    assert!(
+        summary.contains("rank 0 was stopped after 10 s") || summary.contains("unhealthy"),
+        "{summary}"
+    );
+}
+
+/// Runs a two-level gang job and SIGKILLs rank 1's simulator at level 0's first progress;
+/// checks what every variant shares and returns level 0's crash summary.
+async fn kill_rank_1_in_level_0(more_flags: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let g1 = gang_agent(dir.path(), "g1", true, &[]);
     let g2 = gang_agent(dir.path(), "g2", false, &[]);
@@ -228,7 +254,13 @@ async fn a_rank_killed_mid_level_ends_the_gang_and_marks_the_level() {
     let mut client = client(ctl.addr).await;
     let began = Instant::now();
     // Level 0: 20 requests of ~180 ms one at a time (~3.6 s); level 1 half that.
-    let id = submit_trials(&mut client, spec("1, 2", 20), "gang.toml", 1).await;
+    let id = submit_trials(
+        &mut client,
+        spec_with("1, 2", 20, more_flags),
+        "gang.toml",
+        1,
+    )
+    .await;
     let mut killed: Option<(u32, u32)> = None;
     let pids = follow(&mut client, &id, |pids| {
         if killed.is_some() {
@@ -245,7 +277,7 @@ async fn a_rank_killed_mid_level_ends_the_gang_and_marks_the_level() {
     let (rank0_pid, rank1_pid) = killed.expect("a level ran: rank 1 was killed");
     let job = wait_job(&mut client, &id, Duration::from_secs(60)).await;
     eprintln!(
-        "gang job with a killed rank: {:.1} s",
+        "gang job with a killed rank ({more_flags:?}): {:.1} s",
         began.elapsed().as_secs_f64()
     );
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
@@ -273,11 +305,38 @@ async fn a_rank_killed_mid_level_ends_the_gang_and_marks_the_level() {
         crash.summary
     );
     assert_eq!(by_index[&1].outcome, LevelOutcome::Ok as i32);
-    // The killed gang's processes are gone (rank 0 ended with its peer), and a second gang
-    // (one more process per host) ran the rest; nothing runs now.
+    // The killed gang's processes are gone, and a second gang (one more process per host)
+    // ran the rest; nothing runs now.
     assert!(!alive(rank0_pid) && !alive(rank1_pid));
     assert_eq!(pids.get("g1").map(Vec::len), Some(2), "{pids:?}");
     assert_eq!(pids.get("g2").map(Vec::len), Some(2), "{pids:?}");
     nothing_running(&pids, &[&g1, &g2]).await;
+    ctl.shutdown().await;
+    eprintln!("level 0 crash: {}", crash.summary);
+    crash.summary.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_gang_is_placed_without_a_host_that_can_be_rank_0() {
+    // Two ready hosts, neither reserving a rendezvous port: the gang never holds one of them
+    // while it waits, and the job ends saying what it needs.
+    let dir = tempfile::tempdir().unwrap();
+    let g1 = gang_agent(dir.path(), "g1", false, &[]);
+    let g2 = gang_agent(dir.path(), "g2", false, &[]);
+    let mut cfg = local_config(dir.path(), &[&g1, &g2]);
+    cfg.host_wait = Duration::from_secs(2);
+    let ctl = start_local(cfg).await;
+    let mut client = client(ctl.addr).await;
+    let id = submit_trials(&mut client, spec("1", 4), "gang.toml", 1).await;
+    let job = wait_job(&mut client, &id, Duration::from_secs(30)).await;
+    assert_eq!(job.state, JobState::Failed as i32, "{job:?}");
+    assert!(
+        job.error.contains("g1 (ready, matches)")
+            && job.error.contains("config \"two-nodes\" spans 2 hosts")
+            && job.error.contains("rendezvous_port in profile \"sim\""),
+        "{}",
+        job.error
+    );
+    assert!(ctl.store.runs(&id).await.unwrap().is_empty());
     ctl.shutdown().await;
 }

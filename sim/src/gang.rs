@@ -15,6 +15,8 @@
 //! whose peers never come gives up after `--dist-timeout` with torch's own time-out line.
 //! The log lines are what `fleetbench_engines::crash` reads as the `rank_lost` class.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -22,6 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::args::SimArgs;
 use crate::logs;
+use crate::server::AppState;
 
 /// The NCCL version the error lines name (the one SGLang 0.5.x wheels bring).
 const NCCL_VERSION: &str = "2.21.5";
@@ -160,9 +163,12 @@ async fn connect_to_rank0(addr: &str, rank: u32, timeout: Duration) -> Result<Pe
 }
 
 /// Watches the peers' connections for the process's life: the first one to close (or fail)
-/// ends this rank with NCCL's remote-error lines and exit status 1.
-pub fn watch(my_rank: u32, peers: Vec<Peer>) {
+/// ends this rank with NCCL's remote-error lines and exit status 1; with `hang` (`--fault
+/// hang-on-peer-loss`) the rank instead logs NCCL's warning and stops answering (`hung`), as a
+/// real rank blocked in a collective until NCCL's time-out.
+pub fn watch(my_rank: u32, peers: Vec<Peer>, hang: Option<Arc<AppState>>) {
     for mut peer in peers {
+        let hang = hang.clone();
         tokio::spawn(async move {
             let mut buf = [0u8; 64];
             // Peers send nothing after the hello: any end of the stream is the peer's end.
@@ -171,6 +177,15 @@ pub fn watch(my_rank: u32, peers: Vec<Peer>) {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }
+            }
+            if let Some(state) = hang {
+                logs::raw(&format!(
+                    "[rank{my_rank}]:[W ProcessGroupNCCL.cpp:1200] NCCL WARN peer node rank {} \
+                     ({}) unreachable; waiting in collective\n",
+                    peer.rank, peer.addr
+                ));
+                state.hung.store(true, Ordering::Relaxed);
+                return;
             }
             peer_lost(my_rank, peer.rank, &peer.addr);
         });

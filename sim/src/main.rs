@@ -126,7 +126,10 @@ async fn run(args: SimArgs) -> ExitCode {
     // torch.distributed's init comes first in SGLang.
     if args.nnodes > 1 {
         match fleetbench_sim::gang::join(&args).await {
-            Ok(peers) => fleetbench_sim::gang::watch(args.node_rank, peers),
+            Ok(peers) => {
+                let hang = args.faults.hang_on_peer_loss.then(|| state.clone());
+                fleetbench_sim::gang::watch(args.node_rank, peers, hang)
+            }
             Err(_) => return ExitCode::FAILURE,
         }
     }

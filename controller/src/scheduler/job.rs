@@ -563,7 +563,7 @@ fn no_host_message(ctx: &Ctx, spec: &spec::JobSpec, waited: Duration) -> String 
             )
         })
         .collect();
-    format!(
+    let mut text = format!(
         "no ready host matched the job's [hosts] for {}; hosts: {}",
         humantime::format_duration(waited),
         if hosts.is_empty() {
@@ -571,7 +571,15 @@ fn no_host_message(ctx: &Ctx, spec: &spec::JobSpec, waited: Duration) -> String 
         } else {
             hosts.join(", ")
         }
-    )
+    );
+    if let Some(c) = spec.configs.iter().find(|c| c.nodes > 1) {
+        text.push_str(&format!(
+            " (config {:?} spans {} hosts: it needs that many ready at once, the first with a \
+             rendezvous_port in profile {:?})",
+            c.name, c.nodes, c.profile
+        ));
+    }
+    text
 }
 
 /// Stops the engine on every host the job used, in parallel (bounded wait per host).

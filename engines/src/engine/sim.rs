@@ -40,7 +40,13 @@ fn own_rows() -> Vec<Row> {
         // The simulator reads `--fault hang-after-requests=N` as one value.
         (
             &["--fault"],
-            choice(&["nan", "oom-at-start", "hang-after-requests=N", "slow-start"]),
+            choice(&[
+                "nan",
+                "oom-at-start",
+                "hang-after-requests=N",
+                "slow-start",
+                "hang-on-peer-loss",
+            ]),
         ),
     ]
 }

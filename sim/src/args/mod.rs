@@ -92,6 +92,9 @@ pub struct Faults {
     pub hang_after_requests: Option<u64>,
     /// `--fault slow-start`: start-up delay x10 (10 s when no delay was given).
     pub slow_start: bool,
+    /// `--fault hang-on-peer-loss`: a rank whose peer is lost hangs (nothing answers, as in a
+    /// collective that waits for NCCL's time-out) instead of exiting.
+    pub hang_on_peer_loss: bool,
 }
 
 /// The effective configuration of one simulator process.

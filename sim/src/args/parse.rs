@@ -52,6 +52,7 @@ fn backend(flag: &str, value: &str) -> Result<MoeBackend, ArgError> {
 /// Parses the flags (without the program name).
 pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
     let mut out = SimArgs::default();
+    let mut vllm = VllmGang::default();
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -196,6 +197,11 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             "--node-rank" => out.node_rank = num(f, v, "int")?,
             "--dist-init-addr" => out.dist_init_addr = Some(value),
             "--dist-timeout" => out.dist_timeout_s = float_in(f, v, 0.1, 86400.0)?,
+            "--data-parallel-address" => vllm.address = Some(value),
+            "--data-parallel-rpc-port" => vllm.port = Some(num(f, v, "int")?),
+            "--data-parallel-start-rank" => vllm.start_rank = Some(num(f, v, "int")?),
+            "--data-parallel-size-local" => vllm.local = Some(positive_int(f, v)?),
+            "--headless" => {}
             "--fault" => {
                 let (kind, arg) = match v.split_once('=') {
                     Some((k, a)) => (k, Some(a.to_string())),
@@ -205,6 +211,7 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
                     "nan" => out.faults.nan = true,
                     "oom-at-start" => out.faults.oom_at_start = true,
                     "slow-start" => out.faults.slow_start = true,
+                    "hang-on-peer-loss" => out.faults.hang_on_peer_loss = true,
                     "hang-after-requests" => {
                         let n = match arg {
                             Some(a) => a,
@@ -227,7 +234,8 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
                         return Err(ArgError::BadChoice {
                             flag: f.into(),
                             value,
-                            choices: "'nan', 'oom-at-start', 'hang-after-requests N', 'slow-start'"
+                            choices: "'nan', 'oom-at-start', 'hang-after-requests N', \
+                                      'slow-start', 'hang-on-peer-loss'"
                                 .into(),
                         });
                     }
@@ -236,8 +244,70 @@ pub fn parse_args(args: &[String]) -> Result<SimArgs, ArgError> {
             other => unreachable!("flag table entry {other} without a handler"),
         }
     }
+    vllm.apply(&mut out)?;
     check_gang(&out)?;
     Ok(out)
+}
+
+/// vLLM's spelling of a rank across nodes: `--data-parallel-size N --data-parallel-size-local 1
+/// --data-parallel-address H --data-parallel-rpc-port P [--data-parallel-start-rank R
+/// --headless]`, read as SGLang's `--nnodes N --node-rank R --dist-init-addr H:P` (one rank
+/// per node: the only layout the simulator models).
+#[derive(Default)]
+struct VllmGang {
+    address: Option<String>,
+    port: Option<u16>,
+    start_rank: Option<u32>,
+    local: Option<u32>,
+}
+
+impl VllmGang {
+    fn apply(self, out: &mut SimArgs) -> Result<(), ArgError> {
+        let bad = |flag: &str, value: String, expected: &str| ArgError::BadValue {
+            flag: flag.into(),
+            value,
+            expected: expected.into(),
+        };
+        let (address, port) = match (self.address, self.port) {
+            (None, None) => return Ok(()),
+            (Some(a), Some(p)) => (a, p),
+            (a, _) => {
+                let (flag, value) = match a {
+                    Some(a) => ("--data-parallel-rpc-port", a),
+                    None => ("--data-parallel-address", String::new()),
+                };
+                return Err(bad(
+                    flag,
+                    value,
+                    "given with its pair (address and rpc port)",
+                ));
+            }
+        };
+        if out.dist_init_addr.is_some() {
+            return Err(bad(
+                "--data-parallel-address",
+                address,
+                "not both vLLM's and SGLang's rendezvous (--dist-init-addr)",
+            ));
+        }
+        if let Some(local) = self.local.filter(|l| *l != 1) {
+            return Err(bad(
+                "--data-parallel-size-local",
+                local.to_string(),
+                "1 (one rank per node)",
+            ));
+        }
+        let size = out
+            .accepted
+            .iter()
+            .find(|(f, _)| f == "--dp-size")
+            .map_or(Ok(1), |(_, v)| v.parse::<u32>())
+            .map_err(|_| bad("--data-parallel-size", String::new(), "int"))?;
+        out.nnodes = size.max(1);
+        out.node_rank = self.start_rank.unwrap_or(0);
+        out.dist_init_addr = Some(format!("{address}:{port}"));
+        Ok(())
+    }
 }
 
 /// The rendezvous flags must agree, as SGLang's `ServerArgs` checks them: a rank inside the

@@ -125,6 +125,12 @@ const FLAGS: &[Flag] = &[
     v("--node-rank"),
     v("--dist-init-addr"),
     v("--dist-timeout"),
+    // vLLM's spelling of the same (data-parallel ranks across nodes, one per node).
+    v("--data-parallel-address"),
+    v("--data-parallel-rpc-port"),
+    v("--data-parallel-start-rank"),
+    v("--data-parallel-size-local"),
+    sw("--headless"),
     // Accepted as SGLang accepts them; the model does not depend on them.
     acc("--dp-size", Accepted::Int),
     alias(

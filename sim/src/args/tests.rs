@@ -112,3 +112,26 @@ fn rendezvous_flags_parse_and_must_agree() {
     assert!(e.to_string().contains("HOST:PORT"), "{e}");
     assert!(p("--nnodes 0").is_err());
 }
+
+#[test]
+fn vllm_rendezvous_flags_read_as_the_same_gang() {
+    // Exactly what the agent gives a vLLM rank (`fleetbench_engines::gang`).
+    let gang = |rank| fleetbench_engines::gang::Gang {
+        nnodes: 2,
+        node_rank: rank,
+        dist_init_addr: "10.0.0.1:5000".into(),
+    };
+    for rank in [0, 1] {
+        let argv =
+            fleetbench_engines::gang::gang_args(fleetbench_engines::EngineKind::Vllm, &gang(rank))
+                .unwrap();
+        let a = parse_args(&argv).unwrap();
+        assert_eq!((a.nnodes, a.node_rank), (2, rank), "{argv:?}");
+        assert_eq!(a.dist_init_addr.as_deref(), Some("10.0.0.1:5000"));
+    }
+    let e = p("--data-parallel-address 10.0.0.1").unwrap_err();
+    assert!(e.to_string().contains("--data-parallel-rpc-port"), "{e}");
+    let e = p("--data-parallel-size 2 --data-parallel-size-local 2 --data-parallel-address h --data-parallel-rpc-port 1")
+        .unwrap_err();
+    assert!(e.to_string().contains("--data-parallel-size-local"), "{e}");
+}

@@ -21,6 +21,9 @@
 //!   Remaining levels run on a fresh gang, as a single host's engine is restarted after a crash.
 //! - End: every rank's lease is released, which stops its engine: nothing is left running.
 //!
+//! Here: placement, the attempt and its rounds, naming a lost rank; [`start`]: starting and
+//! stopping the ranks; [`watch`]: watching the ranks above 0 during levels.
+//!
 //! Only rank 0 has a `Run` row (the levels are its); the other ranks' hosts, run ids and argv
 //! are facts of that run (`gang.rank<R>.*`), so reports that read one run per attempt hold.
 
@@ -39,6 +42,9 @@ use tracing::Instrument;
 
 use super::*;
 use crate::agents::HostSnapshot;
+
+mod start;
+mod watch;
 
 /// How long rank 0 may take to end its level after another rank exited before the controller
 /// stops it (a real engine may hang in a collective until NCCL's own time-out).
@@ -131,8 +137,28 @@ impl Ranks {
     }
 
     /// A crashed level of rank 0: names the rank that ended first, if one did (waiting a
-    /// moment for its watcher when rank 0 says it lost a peer).
+    /// moment for its watcher when rank 0 says it lost a peer). A level that failed because
+    /// the controller stopped rank 0 after a peer's exit is that peer's crash too.
     pub(super) async fn name_loss(&self, result: &mut LevelResult) {
+        if result.outcome == LevelOutcome::Failed as i32
+            && let Some(loss) = self.lost.lock().expect("gang lock").clone()
+        {
+            result.outcome = LevelOutcome::Crashed as i32;
+            result.crash = Some(agentpb::Crash {
+                class: CrashClass::RankLost as i32,
+                summary: format!(
+                    "rank {} on host {} ended mid-level ({}); rank 0 was stopped after {} s \
+                     without ending its level ({})",
+                    loss.rank,
+                    loss.host,
+                    loss.what,
+                    RANK_LOSS_GRACE.as_secs(),
+                    result.error
+                ),
+                ..Default::default()
+            });
+            return;
+        }
         if result.outcome != LevelOutcome::Crashed as i32 {
             return;
         }
@@ -222,17 +248,32 @@ impl Ranks {
                 .await?;
             a.trial_event(TrialState::Running, "").await?;
             let before = stored.len();
-            let watch = self.watch_all(a.run.run_id.clone());
-            let stalled = tokio::select! {
-                r = a.bench(stored) => { r?; None }
-                stop = watch => Some(stop),
+            let benched = {
+                let (mut rank0, epoch0) = (a.client.clone(), a.lease.epoch);
+                let watch = self.watch_all(a.run.run_id.clone());
+                let bench = a.bench(stored);
+                tokio::pin!(watch, bench);
+                let benched = tokio::select! {
+                    r = &mut bench => r,
+                    why = &mut watch => {
+                        // Rank 0 did not end its level after a peer's exit (a real engine can wait
+                        // in a collective until NCCL's time-out): stop it, and read the level its
+                        // agent then reports (stored as crashed, naming the rank: `name_loss`).
+                        tracing::warn!("{why}: stopping rank 0");
+                        let stop = rank0.stop_engine(StopEngineRequest { lease_epoch: epoch0 });
+                        let _ = tokio::time::timeout(Duration::from_secs(60), stop).await;
+                        match tokio::time::timeout(Duration::from_secs(60), &mut bench).await {
+                            Ok(r) => r,
+                            Err(_) => Err(Stop::Lost(format!(
+                                "{why}; rank 0's agent did not end the benchmark after its engine \
+                                 was stopped"
+                            ))),
+                        }
+                    }
+                };
+                benched
             };
-            if let Some(stop) = stalled {
-                // Rank 0 did not end its level after a peer's exit: stop it; the level in
-                // progress is not measured.
-                a.stop_engine().await;
-                return Err(stop);
-            }
+            benched?;
             let after = a.ctx.store.stored_level_indices(&a.trial.id).await?;
             if after.len() >= total {
                 return Ok(());
@@ -243,275 +284,13 @@ impl Ranks {
                 ));
             }
             // A level crashed (a rank ended mid-level): a fresh gang runs the rest.
-            self.stop_all(a.cancel.is_cancelled()).await;
+            self.stop_all(a.ctx).await;
         }
-    }
-
-    /// Starts every rank at once; the first that fails stops them all. A rank that died of a
-    /// lost peer (rank 0 whose peer died while starting) is not the cause when another rank
-    /// reports its own failure within [`NAME_WAIT`]: that one is named.
-    async fn start_all(&self, a: &mut Attempt<'_>) -> Result<(), Stop> {
-        let (ctx, spec, trial) = (a.ctx, a.spec, a.trial);
-        let run_id = a.run.run_id.clone();
-        let cancel = a.cancel.clone();
-        type Started<'f> = std::pin::Pin<
-            Box<
-                dyn std::future::Future<Output = Result<(u32, Vec<String>), (u32, Stop, bool)>>
-                    + Send
-                    + 'f,
-            >,
-        >;
-        let mut starts: futures::stream::FuturesUnordered<Started<'_>> = Default::default();
-        for r in &self.ranks {
-            let (run_id, cancel) = (run_id.clone(), cancel.clone());
-            starts.push(Box::pin(async move {
-                self.start_rank(ctx, spec, trial, r, &run_id, &cancel)
-                    .await
-                    .map(|argv| (r.rank, argv))
-                    .map_err(|(s, lost)| (r.rank, s, lost))
-            }));
-        }
-        let rank0 = &mut *a;
-        starts.push(Box::pin(async move {
-            match rank0.apply().await {
-                Ok(()) => Ok((0, Vec::new())),
-                Err(s) => {
-                    let lost = rank0
-                        .run
-                        .crash
-                        .as_ref()
-                        .is_some_and(|c| c.class() == CrashClass::RankLost);
-                    Err((0, s, lost))
-                }
-            }
-        }));
-        let mut argvs: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        let mut failed: Option<(u32, Stop, bool)> = None;
-        let mut until: Option<tokio::time::Instant> = None;
-        loop {
-            let next = match until {
-                Some(t) => match tokio::time::timeout_at(t, starts.next()).await {
-                    Ok(n) => n,
-                    Err(_) => break,
-                },
-                None => starts.next().await,
-            };
-            match next {
-                None => break,
-                Some(Ok((rank, argv))) => {
-                    argvs.insert(rank, argv);
-                }
-                Some(Err((rank, stop, lost))) => {
-                    let replaces = match &failed {
-                        None => true,
-                        Some((_, _, was_lost)) => *was_lost && !lost,
-                    };
-                    if replaces {
-                        failed = Some((rank, stop, lost));
-                    }
-                    match &failed {
-                        Some((_, _, true)) => {
-                            until.get_or_insert(tokio::time::Instant::now() + NAME_WAIT);
-                        }
-                        _ => break,
-                    }
-                }
-            }
-        }
-        drop(starts);
-        match failed {
-            None => {
-                for r in &self.ranks {
-                    let argv = argvs.remove(&r.rank).unwrap_or_default();
-                    let key = |k: &str| format!("gang.rank{}.{k}", r.rank);
-                    for (k, v) in [
-                        (key("host"), r.host.clone()),
-                        (key("run_id"), rank_run_id(&run_id, r.rank)),
-                        (key("argv"), argv.join(" ")),
-                        (key("lease_epoch"), r.lease.epoch.to_string()),
-                    ] {
-                        a.run.facts.retain(|f| f.key != k);
-                        a.run.facts.push(LogFact { key: k, value: v });
-                    }
-                }
-                a.ctx.store.put_run(&a.run).await?;
-                Ok(())
-            }
-            Some((rank, stop, _)) => {
-                self.stop_all(cancel.is_cancelled()).await;
-                if !a.ctx.is_deposed() {
-                    a.stop_engine().await;
-                }
-                if rank > 0 {
-                    self.blame(rank);
-                }
-                let host = if rank == 0 {
-                    a.host.clone()
-                } else {
-                    self.ranks[rank as usize - 1].host.clone()
-                };
-                let who = format!(
-                    "gang of {}: rank {rank} on host {host} could not start",
-                    self.nnodes
-                );
-                Err(match stop {
-                    Stop::Lost(m) => Stop::Lost(format!("{who}: {m}")),
-                    Stop::HostFault(m) => Stop::HostFault(format!("{who}: {m}")),
-                    Stop::Fenced(m) => Stop::Fenced(format!("{who}: {m}")),
-                    Stop::Outside(m) => Stop::Outside(format!("{who}: {m}")),
-                    Stop::Rejected(m) => Stop::Rejected(format!("{who}: {m}")),
-                    s @ (Stop::Cancelled | Stop::Store(_)) => s,
-                })
-            }
-        }
-    }
-
-    /// Starts one rank above 0; returns its argv.
-    async fn start_rank(
-        &self,
-        ctx: &Ctx,
-        spec: &JobSpec,
-        trial: &TrialRow,
-        r: &Rank,
-        run_id: &str,
-        cancel: &CancellationToken,
-    ) -> Result<Vec<String>, (Stop, bool)> {
-        let mut engine = spec.engine_spec(trial.config_index as usize);
-        engine.gang = Some(self.pb(r.rank));
-        let req = ApplyEngineRequest {
-            spec: Some(engine),
-            run_id: rank_run_id(run_id, r.rank),
-            lease_epoch: r.lease.epoch,
-        };
-        let mut client = r.client.clone();
-        let mut stream = tokio::select! {
-            s = client.apply_engine(req) => s.map_err(|s| (classify("ApplyEngine", s), false))?.into_inner(),
-            _ = cancel.cancelled() => return Err((Stop::Cancelled, false)),
-        };
-        let mut argv = Vec::new();
-        loop {
-            let msg = tokio::select! {
-                m = stream.message() => m.map_err(|s| (classify("ApplyEngine stream", s), false))?,
-                _ = cancel.cancelled() => return Err((Stop::Cancelled, false)),
-            };
-            let Some(ev) = msg else {
-                return Err((
-                    Stop::Lost("ApplyEngine ended before the engine was ready".into()),
-                    false,
-                ));
-            };
-            let host_ev = HostEngineEvent {
-                host: r.host.clone(),
-                run_id: rank_run_id(run_id, r.rank),
-                event: Some(ev.clone()),
-            };
-            ctx.hub
-                .emit(&trial.job_id, job_event::Event::Engine(host_ev))
-                .await
-                .map_err(|e| (Stop::Store(e), false))?;
-            match ev.event {
-                Some(engine_event::Event::Spawned(s)) => argv = s.argv,
-                Some(engine_event::Event::Ready(_)) => return Ok(argv),
-                Some(engine_event::Event::Failed(crash)) => {
-                    let class = crash.class();
-                    let lost = class == CrashClass::RankLost;
-                    return Err((
-                        if class == CrashClass::HostFault {
-                            Stop::HostFault(crash.summary)
-                        } else if class.not_the_configs() {
-                            Stop::Outside(crash.summary)
-                        } else {
-                            Stop::Rejected(crash.summary)
-                        },
-                        lost,
-                    ));
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Watches every rank above 0 while rank 0 runs levels: the first that leaves its ready
-    /// state is noted (for the level's crash) and, if rank 0 has not ended its level within
-    /// [`RANK_LOSS_GRACE`], resolves with the stop. A broken watch stream is left to the
-    /// rank's lease (a partition ends it).
-    async fn watch_all(&self, run_id: String) -> Stop {
-        if self.ranks.is_empty() {
-            return std::future::pending().await;
-        }
-        let watches = self.ranks.iter().map(|r| {
-            let run_id = rank_run_id(&run_id, r.rank);
-            Box::pin(async move { (r, watch_rank(r, &run_id).await) })
-        });
-        let ((r, what), _, _) = select_all(watches).await;
-        self.note_loss(Loss {
-            rank: r.rank,
-            host: r.host.clone(),
-            what: what.clone(),
-        });
-        tokio::time::sleep(RANK_LOSS_GRACE).await;
-        Stop::Rejected(format!(
-            "rank {} on host {} ended mid-level ({what}) and rank 0 did not end its level within \
-             {} s: stopped",
-            r.rank,
-            r.host,
-            RANK_LOSS_GRACE.as_secs()
-        ))
-    }
-
-    /// Stops every rank above 0 (bounded per host); a deposed controller leaves them.
-    async fn stop_all(&self, _cancelled: bool) {
-        let stops = self.ranks.iter().map(|r| async move {
-            let mut c = r.client.clone();
-            let req = StopEngineRequest {
-                lease_epoch: r.lease.epoch,
-            };
-            let done = tokio::time::timeout(Duration::from_secs(60), c.stop_engine(req)).await;
-            if !matches!(done, Ok(Ok(_))) {
-                tracing::warn!(rank = r.rank, host = %r.host, "could not confirm the rank's engine stopped");
-            }
-        });
-        futures::future::join_all(stops).await;
     }
 }
 
 fn rank_run_id(run_id: &str, rank: u32) -> String {
     format!("{run_id}-r{rank}")
-}
-
-/// Resolves when rank `r`'s engine leaves its ready state for run `run_id`, saying how.
-async fn watch_rank(r: &Rank, run_id: &str) -> String {
-    let mut c = r.client.clone();
-    let req = WatchEngineRequest { keepalive_ms: 500 };
-    let Ok(stream) = c.watch_engine(req).await else {
-        return std::future::pending().await;
-    };
-    let mut stream = stream.into_inner();
-    loop {
-        let Ok(Some(ev)) = stream.message().await else {
-            return std::future::pending().await;
-        };
-        let Some(engine_watch_event::Event::Status(s)) = ev.event else {
-            continue;
-        };
-        if s.run_id == run_id && s.state == EngineState::Ready as i32 {
-            continue;
-        }
-        let crash = s
-            .last_crash
-            .as_ref()
-            .map(|c| c.summary.clone())
-            .filter(|c| !c.is_empty());
-        let state = EngineState::try_from(s.state).map_or("unknown".into(), |st| {
-            st.as_str_name()
-                .trim_start_matches("ENGINE_STATE_")
-                .to_ascii_lowercase()
-        });
-        return match crash {
-            Some(c) if s.run_id == run_id => format!("its engine is {state}: {c}"),
-            _ => format!("its engine is {state}"),
-        };
-    }
 }
 
 /// Runs one attempt of a gang `trial` on `leases` (rank order; rank 0 first). Returns the host
