@@ -428,7 +428,7 @@ pub fn bench_event(ev: &agentpb::BenchmarkEvent, as_json: bool) {
                         "ttft_ms": dist_json(&l.ttft_ms), "itl_ms": dist_json(&l.itl_ms),
                         "tpot_ms": dist_json(&l.tpot_ms), "e2e_ms": dist_json(&l.e2e_ms),
                         "queue_ms": dist_json(&l.queue_ms), "error": l.error,
-                        "deployment": l.deployment.as_ref().map(deployment_json)})
+                        "deployment": l.deployment.as_ref().map(crate::replicas::json)})
                 );
                 return;
             }
@@ -455,55 +455,10 @@ pub fn bench_event(ev: &agentpb::BenchmarkEvent, as_json: bool) {
                 print_crash(c);
             }
             if let Some(d) = &l.deployment {
-                print_deployment(d);
+                crate::replicas::print(d);
             }
         }
     }
-}
-
-fn pct(v: Option<f64>) -> String {
-    v.map(|v| format!("{:.1}%", v * 100.0))
-        .unwrap_or_else(|| "-".into())
-}
-
-/// A level through a router: each replica's own figures and the router's per worker.
-fn print_deployment(d: &agentpb::Deployment) {
-    println!(
-        "      replicas: cache hit {} (fleet), balance {}",
-        pct(d.cache_hit_rate),
-        d.balance.map_or("-".into(), |b| format!("{b:.2}"))
-    );
-    for r in &d.replicas {
-        println!(
-            "        {}: {} routed {:?}, {} output tokens ({}), cache hit {}",
-            r.worker,
-            r.router_requests.map_or("-".into(), |n| n.to_string()),
-            r.router_outcomes,
-            r.output_tokens.map_or("-".into(), |n| n.to_string()),
-            pct(r.share),
-            pct(r.cache_hit_rate)
-        );
-    }
-    if !d.note.is_empty() {
-        println!("      note: {}", d.note);
-    }
-}
-
-fn deployment_json(d: &agentpb::Deployment) -> Value {
-    let replicas: Vec<Value> = d
-        .replicas
-        .iter()
-        .map(|r| {
-            json!({"worker": r.worker, "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
-                   "cached_tokens": r.cached_tokens, "cache_hit_rate": r.cache_hit_rate,
-                   "cache_source": r.cache_source, "requests": r.requests,
-                   "router_requests": r.router_requests, "router_outcomes": r.router_outcomes,
-                   "share": r.share, "note": r.note})
-        })
-        .collect();
-    json!({"replicas": replicas, "cache_hit_rate": d.cache_hit_rate, "balance": d.balance,
-           "client_output_tokens": d.client_output_tokens, "client_prompt_tokens": d.client_prompt_tokens,
-           "router_outcomes": d.router_outcomes, "note": d.note})
 }
 
 pub fn p2p(r: &agentpb::P2pReport, as_json: bool) {
