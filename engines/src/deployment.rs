@@ -266,6 +266,29 @@ mod tests {
     }
 
     #[test]
+    fn an_sglang_replica_counts_its_requests_and_its_cache() {
+        let sg = |p: f64, c: f64, g: f64, n: f64| {
+            replica_counters(
+                EngineKind::Sglang,
+                &format!(
+                    "sglang:prompt_tokens_total {p}\nsglang:cached_tokens_total{{cache_source=\"device\"}} {c}\nsglang:generation_tokens_total {g}\nsglang:num_requests_total {n}\n"
+                ),
+            )
+        };
+        let replicas = [ReplicaScrapes {
+            worker: "http://a:1".into(),
+            before: Ok(sg(100.0, 0.0, 10.0, 1.0)),
+            after: Ok(sg(500.0, 100.0, 74.0, 5.0)),
+        }];
+        let f = level_figures(EngineKind::Sglang, &replicas, Ok((&[], &[])));
+        let r = &f.replicas[0];
+        assert_eq!((r.requests, r.output_tokens), (Some(4.0), Some(64.0)));
+        assert_eq!(r.cache_hit_rate, Some(0.25));
+        assert_eq!(r.router_requests, Some(0.0));
+        assert_eq!(f.balance, Some(1.0));
+    }
+
+    #[test]
     fn a_missing_figure_is_named_and_spoils_no_other() {
         let old_build = replica_counters(
             EngineKind::Llamacpp,

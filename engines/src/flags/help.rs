@@ -217,4 +217,19 @@ mod tests {
         assert!(parse_row("----- common params -----").is_empty());
         assert!(EngineArgs::parse("ModuleNotFoundError: No module named 'sglang'").is_err());
     }
+
+    #[test]
+    fn shell_examples_in_a_description_are_not_options() {
+        // `sglang-router launch --help`: an example command before the option list would
+        // otherwise declare `--policy` with a value and no choices.
+        let text = "Examples:\n  python -m sglang_router.launch_router --pd-disaggregation \\\n    \
+                    --prefill http://p:8000 9000 \\    # With bootstrap port\n    \
+                    --policy cache_aware\n\noptions:\n  -h, --help  show this help\n  \
+                    --policy {random,round_robin}\n  --prefill PREFILL [PREFILL ...]\n  \
+                    --host HOST\n  --port PORT\n  --dp-aware\n";
+        let args = EngineArgs::parse(text).unwrap();
+        let p = args.find("--policy").unwrap();
+        assert_eq!(p.choices.as_deref().unwrap(), ["random", "round_robin"]);
+        assert_eq!(args.options.len(), 6);
+    }
 }

@@ -9,6 +9,7 @@
 
 mod args;
 mod print;
+mod replicas;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;

@@ -427,7 +427,8 @@ pub fn bench_event(ev: &agentpb::BenchmarkEvent, as_json: bool) {
                         "requests_per_s": l.requests_per_s, "peak_concurrency": l.peak_concurrency,
                         "ttft_ms": dist_json(&l.ttft_ms), "itl_ms": dist_json(&l.itl_ms),
                         "tpot_ms": dist_json(&l.tpot_ms), "e2e_ms": dist_json(&l.e2e_ms),
-                        "queue_ms": dist_json(&l.queue_ms), "error": l.error})
+                        "queue_ms": dist_json(&l.queue_ms), "error": l.error,
+                        "deployment": l.deployment.as_ref().map(crate::replicas::json)})
                 );
                 return;
             }
@@ -452,6 +453,9 @@ pub fn bench_event(ev: &agentpb::BenchmarkEvent, as_json: bool) {
             }
             if let Some(c) = &l.crash {
                 print_crash(c);
+            }
+            if let Some(d) = &l.deployment {
+                crate::replicas::print(d);
             }
         }
     }
