@@ -33,7 +33,9 @@ pub(crate) struct Share {
 /// Why shares do not make a level.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(crate) enum MergeError {
-    #[error("client {host}: its level carries no histograms (an agent older than this controller)")]
+    #[error(
+        "client {host}: its level carries no histograms (an agent that predates RunBenchmarkRequest.histograms, or a stand-in): a split level cannot be merged without them"
+    )]
     NoHistograms { host: String },
     #[error("client {host}: {what} histogram: {error}")]
     BadHistogram {
