@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::netns::{Net, NsProc, in_netns, set_link};
+use common::netns::{Fleet, Net, in_netns, set_link, start_fleet};
 use fleetbench_controller::store::Store;
 use fleetbench_proto::agentpb::{RenewLeaseRequest, agent_client::AgentClient, engine_event};
 use fleetbench_proto::controllerpb::{
@@ -85,63 +85,23 @@ fn a_partitioned_rank_is_fenced_and_the_gang_stops() {
     let dir = tempfile::tempdir().unwrap();
     let certs = generate_dev_certs(&dir.path().join("certs"), &[], false).unwrap();
     let net = Net::build(&["c", "g1", "g2"]);
-    let mut agents = BTreeMap::new();
-    let mut hosts_toml = String::new();
-    for (i, name) in ["g1", "g2"].iter().enumerate() {
-        let addr = format!("{}:{AGENT_PORT}", net.addr(i + 1));
-        let data = dir.path().join(name);
-        std::fs::create_dir_all(&data).unwrap();
-        let cfg = data.join("agent.toml");
-        // Rank 0 listens for its peers on its agent's address (its namespace's), which rank 1
-        // reaches over the bridge.
-        let rendezvous = if *name == "g1" {
-            format!("rendezvous_port = {RENDEZVOUS_PORT}\n")
-        } else {
-            String::new()
-        };
-        std::fs::write(
-            &cfg,
-            format!(
-                "name = \"{name}\"\nlisten = \"{addr}\"\ndata_dir = {data:?}\n\
-                 tls = {{ cert = {:?}, key = {:?}, client_ca = {:?} }}\n\
-                 [profiles.sim]\nkind = \"sim\"\nport = 18080\n{rendezvous}{}\n",
-                certs.agent_cert,
-                certs.agent_key,
-                certs.ca_cert,
-                fleetbench_testkit::process::SIM_MODELS
-            ),
-        )
-        .unwrap();
-        hosts_toml.push_str(&format!(
-            "[[hosts]]\nname = \"{name}\"\naddress = \"{addr}\"\n"
-        ));
-        let p = NsProc::spawn(
-            &net.ns(name),
-            "fleetbench-agent",
-            &cfg,
-            data.join("agent.log"),
-        );
-        agents.insert(name.to_string(), (p, addr));
-    }
-    let ccfg = dir.path().join("controller.toml");
-    std::fs::write(
-        &ccfg,
-        format!(
-            "listen = \"127.0.0.1:{API_PORT}\"\nstore_url = \"sqlite://{}\"\n\
-             heartbeat_interval = \"500ms\"\nhost_wait = \"60s\"\nlease_ttl = \"{LEASE_TTL_S}s\"\n\
-             [agent_tls]\nca = {:?}\ncert = {:?}\nkey = {:?}\ndomain = \"localhost\"\n{hosts_toml}",
-            dir.path().join("controller.db").display(),
-            certs.ca_cert,
-            certs.controller_cert,
-            certs.controller_key,
-        ),
-    )
-    .unwrap();
-    let controller = NsProc::spawn(
-        &net.ns("c"),
-        "fleetbench-controller",
-        &ccfg,
-        dir.path().join("controller.log"),
+    let Fleet { agents, controller } = start_fleet(
+        &net,
+        dir.path(),
+        &certs,
+        &["g1", "g2"],
+        AGENT_PORT,
+        API_PORT,
+        LEASE_TTL_S,
+        |name| {
+            // Rank 0 listens for its peers on its agent's address (its namespace's), which
+            // rank 1 reaches over the bridge.
+            if name == "g1" {
+                format!("rendezvous_port = {RENDEZVOUS_PORT}\n")
+            } else {
+                String::new()
+            }
+        },
     );
     let db = dir.path().join("controller.db");
     let run = {

@@ -30,7 +30,7 @@ use fleetbench_proto::controllerpb::{
 use fleetbench_support::tls::{DevCerts, client_tls, generate_dev_certs};
 
 mod common;
-use common::netns::{Net, NsProc as Proc, in_netns, set_link};
+use common::netns::{Fleet, Net, in_netns, set_link, start_fleet};
 use tonic::transport::{Channel, Endpoint};
 
 const AGENTS: [&str; 3] = ["a1", "a2", "a3"];
@@ -101,56 +101,15 @@ fn a_partitioned_agent_stops_its_engine_and_its_trial_finishes_elsewhere() {
     members.extend(AGENTS);
     let net = Net::build(&members);
 
-    let mut agents = BTreeMap::new();
-    let mut hosts_toml = String::new();
-    for (i, name) in AGENTS.iter().enumerate() {
-        let addr = format!("{}:{AGENT_PORT}", net.addr(i + 1));
-        let data = dir.path().join(name);
-        std::fs::create_dir_all(&data).unwrap();
-        let cfg = data.join("agent.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "name = \"{name}\"\nlisten = \"{addr}\"\ndata_dir = {data:?}\n\
-                 tls = {{ cert = {:?}, key = {:?}, client_ca = {:?} }}\n\
-                 [profiles.sim]\nkind = \"sim\"\nport = 18080\n{}\n",
-                certs.agent_cert,
-                certs.agent_key,
-                certs.ca_cert,
-                fleetbench_testkit::process::SIM_MODELS
-            ),
-        )
-        .unwrap();
-        hosts_toml.push_str(&format!(
-            "[[hosts]]\nname = \"{name}\"\naddress = \"{addr}\"\n"
-        ));
-        let p = Proc::spawn(
-            &net.ns(name),
-            "fleetbench-agent",
-            &cfg,
-            data.join("agent.log"),
-        );
-        agents.insert(name.to_string(), (p, addr));
-    }
-    let ccfg = dir.path().join("controller.toml");
-    std::fs::write(
-        &ccfg,
-        format!(
-            "listen = \"127.0.0.1:{API_PORT}\"\nstore_url = \"sqlite://{}\"\n\
-             heartbeat_interval = \"500ms\"\nhost_wait = \"60s\"\nlease_ttl = \"{LEASE_TTL_S}s\"\n\
-             [agent_tls]\nca = {:?}\ncert = {:?}\nkey = {:?}\ndomain = \"localhost\"\n{hosts_toml}",
-            dir.path().join("controller.db").display(),
-            certs.ca_cert,
-            certs.controller_cert,
-            certs.controller_key,
-        ),
-    )
-    .unwrap();
-    let controller = Proc::spawn(
-        &net.ns("c"),
-        "fleetbench-controller",
-        &ccfg,
-        dir.path().join("controller.log"),
+    let Fleet { agents, controller } = start_fleet(
+        &net,
+        dir.path(),
+        &certs,
+        &AGENTS,
+        AGENT_PORT,
+        API_PORT,
+        LEASE_TTL_S,
+        |_| String::new(),
     );
 
     let ns_c = net.ns("c");

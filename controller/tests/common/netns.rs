@@ -186,3 +186,81 @@ pub fn in_netns<T: Send + 'static>(
         f()
     })
 }
+
+/// What [`start_fleet`] starts: each agent (its process and the address the controller dials)
+/// by name, and the controller.
+pub struct Fleet {
+    pub agents: std::collections::BTreeMap<String, (NsProc, String)>,
+    pub controller: NsProc,
+}
+
+/// Mutual-TLS agents in their namespaces (agent `names[i]` on member `i + 1`'s address, port
+/// `agent_port`, each with a `sim` profile on port 18080 plus the profile lines `extra` gives
+/// for its name), and the controller in member `c`'s namespace on `api_port` with the agents
+/// as configured hosts, a SQLite store `dir/controller.db`, 500 ms heartbeats and a lease TTL
+/// of `lease_ttl_s`.
+#[allow(clippy::too_many_arguments)]
+pub fn start_fleet(
+    net: &Net,
+    dir: &Path,
+    certs: &fleetbench_support::tls::DevCerts,
+    names: &[&str],
+    agent_port: u16,
+    api_port: u16,
+    lease_ttl_s: u64,
+    extra: impl Fn(&str) -> String,
+) -> Fleet {
+    let mut agents = std::collections::BTreeMap::new();
+    let mut hosts_toml = String::new();
+    for (i, name) in names.iter().enumerate() {
+        let addr = format!("{}:{agent_port}", net.addr(i + 1));
+        let data = dir.join(name);
+        std::fs::create_dir_all(&data).unwrap();
+        let cfg = data.join("agent.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "name = \"{name}\"\nlisten = \"{addr}\"\ndata_dir = {data:?}\n\
+                 tls = {{ cert = {:?}, key = {:?}, client_ca = {:?} }}\n\
+                 [profiles.sim]\nkind = \"sim\"\nport = 18080\n{}{}\n",
+                certs.agent_cert,
+                certs.agent_key,
+                certs.ca_cert,
+                extra(name),
+                fleetbench_testkit::process::SIM_MODELS
+            ),
+        )
+        .unwrap();
+        hosts_toml.push_str(&format!(
+            "[[hosts]]\nname = \"{name}\"\naddress = \"{addr}\"\n"
+        ));
+        let p = NsProc::spawn(
+            &net.ns(name),
+            "fleetbench-agent",
+            &cfg,
+            data.join("agent.log"),
+        );
+        agents.insert(name.to_string(), (p, addr));
+    }
+    let ccfg = dir.join("controller.toml");
+    std::fs::write(
+        &ccfg,
+        format!(
+            "listen = \"127.0.0.1:{api_port}\"\nstore_url = \"sqlite://{}\"\n\
+             heartbeat_interval = \"500ms\"\nhost_wait = \"60s\"\nlease_ttl = \"{lease_ttl_s}s\"\n\
+             [agent_tls]\nca = {:?}\ncert = {:?}\nkey = {:?}\ndomain = \"localhost\"\n{hosts_toml}",
+            dir.join("controller.db").display(),
+            certs.ca_cert,
+            certs.controller_cert,
+            certs.controller_key,
+        ),
+    )
+    .unwrap();
+    let controller = NsProc::spawn(
+        &net.ns("c"),
+        "fleetbench-controller",
+        &ccfg,
+        dir.join("controller.log"),
+    );
+    Fleet { agents, controller }
+}
