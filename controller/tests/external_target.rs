@@ -227,17 +227,7 @@ async fn trials_against_one_endpoint_run_one_at_a_time() {
             ])
             .spawn();
     let origin = format!("http://127.0.0.1:{sim_port}");
-    let agents: Vec<Proc> = ["e1", "e2"]
-        .iter()
-        .map(|n| {
-            let toml = format!(
-                "name = \"{n}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n\
-                 [external]\norigins = [\"{origin}\"]\n",
-                dir.path().join(n).display()
-            );
-            fleetbench_testkit::process::agent(dir.path(), n, &toml).spawn()
-        })
-        .collect();
+    let agents = spawn_external_agents(dir.path(), &["e1", "e2"], &origin);
     let ctl = start_local(local_config(dir.path(), &agents.iter().collect::<Vec<_>>())).await;
     let mut c = client(ctl.addr).await;
     let spec = format!(

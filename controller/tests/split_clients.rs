@@ -71,17 +71,7 @@ async fn a_level_split_over_one_two_and_four_clients_measures_the_same_server_on
             ])
             .spawn();
     let origin = format!("http://127.0.0.1:{port}");
-    let agents: Vec<Proc> = HOSTS
-        .iter()
-        .map(|n| {
-            let toml = format!(
-                "name = \"{n}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n\
-                 [external]\norigins = [\"{origin}\"]\n",
-                dir.path().join(n).display()
-            );
-            fleetbench_testkit::process::agent(dir.path(), n, &toml).spawn()
-        })
-        .collect();
+    let agents = spawn_external_agents(dir.path(), &HOSTS, &origin);
     let ctl = start_local(local_config(dir.path(), &agents.iter().collect::<Vec<_>>())).await;
     let mut c = client(ctl.addr).await;
 

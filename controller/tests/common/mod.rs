@@ -72,6 +72,22 @@ pub fn spawn_agents(dir: &Path, names: &[&str]) -> Vec<Proc> {
         .collect()
 }
 
+/// Plaintext loopback agents named `names` in `dir` with no engine profile, whose `[external]`
+/// section allows `origin`: drivers of an endpoint fleetbench does not own.
+pub fn spawn_external_agents(dir: &Path, names: &[&str], origin: &str) -> Vec<Proc> {
+    names
+        .iter()
+        .map(|n| {
+            let toml = format!(
+                "name = \"{n}\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = \"{}\"\n\
+                 [external]\norigins = [\"{origin}\"]\n",
+                dir.join(n).display()
+            );
+            process::agent(dir, n, &toml).spawn()
+        })
+        .collect()
+}
+
 pub fn spawn_controller(config: &Path, log: &Path) -> Proc {
     process::Launch::new("fleetbench-controller", log)
         .name("controller")
