@@ -359,50 +359,74 @@ impl Attempt<'_> {
         if let Some(g) = self.gang {
             return g.body(self).await;
         }
-        let total = self.trial.level_count as usize;
         let mut rounds = 0;
         loop {
-            let stored = self.ctx.store.stored_level_indices(&self.trial.id).await?;
-            if stored.len() >= total {
+            let Some(stored) = self.next_round(&mut rounds, "the agent").await? else {
                 return Ok(());
-            }
-            rounds += 1;
-            if rounds > total + 1 {
-                return Err(Stop::Lost(format!(
-                    "the agent kept ending the benchmark early; levels stored: {stored:?}"
-                )));
-            }
+            };
             if !self.external() {
-                self.ctx
-                    .store
-                    .set_trial_state(&self.trial.id, TrialState::StartingEngine, "")
-                    .await?;
-                self.trial_event(TrialState::StartingEngine, "").await?;
+                self.enter(TrialState::StartingEngine).await?;
                 self.apply().await?;
             }
-            self.ctx
-                .store
-                .set_trial_state(&self.trial.id, TrialState::Running, "")
-                .await?;
-            self.trial_event(TrialState::Running, "").await?;
+            self.enter(TrialState::Running).await?;
             let before = stored.len();
             if self.clients.is_empty() {
                 self.bench(stored).await?;
             } else {
                 self.bench_split(stored).await?;
             }
-            let after = self.ctx.store.stored_level_indices(&self.trial.id).await?;
-            if after.len() >= total {
-                return Ok(());
-            }
-            if after.len() == before {
-                return Err(Stop::Lost(
-                    "the agent ended the benchmark without a result".into(),
-                ));
-            }
             // Levels remain after the stream ended: the engine died in a level (a crashed
             // level is stored as a result); start it again for the remaining levels.
+            if self.round_ended(before, "the agent").await? {
+                return Ok(());
+            }
         }
+    }
+
+    /// The levels stored so far before a round of starting the engine and benchmarking, or
+    /// `None` when every level is stored; gives up after one round more than there are levels
+    /// (`who` kept ending the benchmark early).
+    pub(super) async fn next_round(
+        &self,
+        rounds: &mut usize,
+        who: &str,
+    ) -> Result<Option<Vec<u32>>, Stop> {
+        let total = self.trial.level_count as usize;
+        let stored = self.ctx.store.stored_level_indices(&self.trial.id).await?;
+        if stored.len() >= total {
+            return Ok(None);
+        }
+        *rounds += 1;
+        if *rounds > total + 1 {
+            return Err(Stop::Lost(format!(
+                "{who} kept ending the benchmark early; levels stored: {stored:?}"
+            )));
+        }
+        Ok(Some(stored))
+    }
+
+    /// After a round that began with `before` levels stored: whether every level is stored now;
+    /// an error when the round stored none (`who` ended the benchmark without a result).
+    pub(super) async fn round_ended(&self, before: usize, who: &str) -> Result<bool, Stop> {
+        let after = self.ctx.store.stored_level_indices(&self.trial.id).await?;
+        if after.len() >= self.trial.level_count as usize {
+            return Ok(true);
+        }
+        if after.len() == before {
+            return Err(Stop::Lost(format!(
+                "{who} ended the benchmark without a result"
+            )));
+        }
+        Ok(false)
+    }
+
+    /// The trial's state, stored and sent to whoever watches the job.
+    pub(super) async fn enter(&self, state: TrialState) -> Result<(), StoreError> {
+        self.ctx
+            .store
+            .set_trial_state(&self.trial.id, state, "")
+            .await?;
+        self.trial_event(state, "").await
     }
 
     async fn emit_engine(&self, event: EngineEvent) -> Result<(), StoreError> {

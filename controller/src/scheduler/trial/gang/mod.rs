@@ -222,31 +222,15 @@ impl Ranks {
     }
 
     async fn rounds(&self, a: &mut Attempt<'_>) -> Result<(), Stop> {
-        let total = a.trial.level_count as usize;
         let mut rounds = 0;
         loop {
-            let stored = a.ctx.store.stored_level_indices(&a.trial.id).await?;
-            if stored.len() >= total {
+            let Some(stored) = a.next_round(&mut rounds, "the gang").await? else {
                 return Ok(());
-            }
-            rounds += 1;
-            if rounds > total + 1 {
-                return Err(Stop::Lost(format!(
-                    "the gang kept ending the benchmark early; levels stored: {stored:?}"
-                )));
-            }
+            };
             *self.lost.lock().expect("gang lock") = None;
-            a.ctx
-                .store
-                .set_trial_state(&a.trial.id, TrialState::StartingEngine, "")
-                .await?;
-            a.trial_event(TrialState::StartingEngine, "").await?;
+            a.enter(TrialState::StartingEngine).await?;
             self.start_all(a).await?;
-            a.ctx
-                .store
-                .set_trial_state(&a.trial.id, TrialState::Running, "")
-                .await?;
-            a.trial_event(TrialState::Running, "").await?;
+            a.enter(TrialState::Running).await?;
             let before = stored.len();
             let benched = {
                 let (mut rank0, epoch0) = (a.client.clone(), a.lease.epoch);
@@ -274,14 +258,8 @@ impl Ranks {
                 benched
             };
             benched?;
-            let after = a.ctx.store.stored_level_indices(&a.trial.id).await?;
-            if after.len() >= total {
+            if a.round_ended(before, "the agent of rank 0").await? {
                 return Ok(());
-            }
-            if after.len() == before {
-                return Err(Stop::Lost(
-                    "the agent of rank 0 ended the benchmark without a result".into(),
-                ));
             }
             // A level crashed (a rank ended mid-level): a fresh gang runs the rest.
             self.stop_all(a.ctx).await;
