@@ -44,6 +44,15 @@ pub(crate) fn split(total: u32, k: u32) -> Vec<u32> {
         .collect()
 }
 
+/// `base` running level `index` alone (every other level skipped).
+fn only(base: &RunBenchmarkRequest, index: u32) -> RunBenchmarkRequest {
+    let mut req = base.clone();
+    req.skip_levels = (0..base.levels.len() as u32)
+        .filter(|&i| i != index)
+        .collect();
+    req
+}
+
 /// The controller's clock, ms, with sub-millisecond resolution.
 fn now_ms() -> f64 {
     std::time::SystemTime::now()
@@ -174,30 +183,8 @@ impl Attempt<'_> {
         index: u32,
     ) -> Result<LevelResult, Stop> {
         let parts = self.parts();
-        let k = parts.len() as u32;
-        let level = base.levels[index as usize];
-        let only = |req: &mut RunBenchmarkRequest| {
-            req.skip_levels = (0..base.levels.len() as u32)
-                .filter(|&i| i != index)
-                .collect();
-        };
         if base.warmup_requests > 0 {
-            let mut req = base.clone();
-            only(&mut req);
-            let slots = level
-                .concurrency
-                .unwrap_or(16)
-                .min(base.warmup_requests)
-                .max(1);
-            req.levels[index as usize] = agentpb::LoadLevel {
-                concurrency: Some(slots),
-                ..agentpb::LoadLevel::default()
-            };
-            req.bound = Some(Bound::NumRequests(base.warmup_requests));
-            req.warmup_requests = 0;
-            req.run_id = format!("{}-w{index}", self.run.run_id);
-            req.lease_epoch = self.lease.epoch;
-            self.share(&parts[0], req).await?;
+            self.warm_up(&parts[0], base, index).await?;
         }
         let mut clocks = Vec::with_capacity(parts.len());
         for p in &parts {
@@ -207,38 +194,8 @@ impl Attempt<'_> {
                     .map_err(|s| self.client_stop(p, "GetClock", s))?,
             );
         }
-        let concurrency = level.concurrency.map(|c| split(c, k));
-        let requests = match base.bound {
-            Some(Bound::NumRequests(n)) => Some(split(n, k)),
-            _ => None,
-        };
         let start = now_ms() + START_MARGIN_MS;
-        let mut reqs = Vec::with_capacity(parts.len());
-        let mut levels = Vec::with_capacity(parts.len());
-        for (i, (p, clock)) in parts.iter().zip(&clocks).enumerate() {
-            let mut req = base.clone();
-            only(&mut req);
-            let share = agentpb::LoadLevel {
-                concurrency: concurrency.as_ref().map(|c| c[i]),
-                request_rate: level.request_rate.map(|r| r / f64::from(k)),
-                burstiness: level.burstiness,
-            };
-            req.levels[index as usize] = share;
-            if let Some(n) = &requests {
-                req.bound = Some(Bound::NumRequests(n[i]));
-            }
-            req.warmup_requests = 0;
-            req.start_at_unix_ms = (start + clock.offset_ms).round() as i64;
-            req.histograms = true;
-            req.run_id = format!("{}-c{i}", self.run.run_id);
-            req.lease_epoch = p.epoch;
-            if let Some(w) = &mut req.workload {
-                // Its own prompts: the same seed would send the same lengths and sessions.
-                w.seed = w.seed.wrapping_add(u64::from(i as u32));
-            }
-            levels.push(share);
-            reqs.push(req);
-        }
+        let (reqs, levels) = self.share_requests(base, index, &parts, &clocks, start);
         let results = join_all(parts.iter().zip(reqs).map(|(p, req)| self.share(p, req))).await;
         let mut shares = Vec::with_capacity(parts.len());
         for (((p, clock), share), r) in parts.iter().zip(clocks).zip(levels).zip(results) {
@@ -255,7 +212,80 @@ impl Attempt<'_> {
                 result,
             });
         }
+        let level = base.levels[index as usize];
         merge::merge(index, &level, &shares).map_err(|e| Stop::Rejected(e.to_string()))
+    }
+
+    /// The warm-up of level `index`, on the attempt's own host alone, in a call of its own (a
+    /// warm-up has no length anyone could plan a common start after); its level is not kept.
+    async fn warm_up(
+        &self,
+        own: &Part<'_>,
+        base: &RunBenchmarkRequest,
+        index: u32,
+    ) -> Result<(), Stop> {
+        let mut req = only(base, index);
+        let slots = base.levels[index as usize]
+            .concurrency
+            .unwrap_or(16)
+            .min(base.warmup_requests)
+            .max(1);
+        req.levels[index as usize] = agentpb::LoadLevel {
+            concurrency: Some(slots),
+            ..agentpb::LoadLevel::default()
+        };
+        req.bound = Some(Bound::NumRequests(base.warmup_requests));
+        req.warmup_requests = 0;
+        req.run_id = format!("{}-w{index}", self.run.run_id);
+        req.lease_epoch = self.lease.epoch;
+        self.share(own, req).await.map(|_| ())
+    }
+
+    /// Each client's request for level `index`: its share of the concurrency, rate and request
+    /// count, the common `start` (controller's clock, ms) on its own clock, histograms asked
+    /// for, a run id and a seed of its own (the same seed would send the same lengths and
+    /// sessions); with the share each runs.
+    fn share_requests(
+        &self,
+        base: &RunBenchmarkRequest,
+        index: u32,
+        parts: &[Part<'_>],
+        clocks: &[Clock],
+        start: f64,
+    ) -> (Vec<RunBenchmarkRequest>, Vec<agentpb::LoadLevel>) {
+        let k = parts.len() as u32;
+        let level = base.levels[index as usize];
+        let concurrency = level.concurrency.map(|c| split(c, k));
+        let requests = match base.bound {
+            Some(Bound::NumRequests(n)) => Some(split(n, k)),
+            _ => None,
+        };
+        parts
+            .iter()
+            .zip(clocks)
+            .enumerate()
+            .map(|(i, (p, clock))| {
+                let mut req = only(base, index);
+                let share = agentpb::LoadLevel {
+                    concurrency: concurrency.as_ref().map(|c| c[i]),
+                    request_rate: level.request_rate.map(|r| r / f64::from(k)),
+                    burstiness: level.burstiness,
+                };
+                req.levels[index as usize] = share;
+                if let Some(n) = &requests {
+                    req.bound = Some(Bound::NumRequests(n[i]));
+                }
+                req.warmup_requests = 0;
+                req.start_at_unix_ms = (start + clock.offset_ms).round() as i64;
+                req.histograms = true;
+                req.run_id = format!("{}-c{i}", self.run.run_id);
+                req.lease_epoch = p.epoch;
+                if let Some(w) = &mut req.workload {
+                    w.seed = w.seed.wrapping_add(u64::from(i as u32));
+                }
+                (req, share)
+            })
+            .unzip()
     }
 
     /// Runs `req` on one client: its level, its progress relayed as that host's.
