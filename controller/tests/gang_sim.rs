@@ -15,12 +15,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::spawned::{alive, follow, nothing_running};
 use common::*;
-use fleetbench_proto::agentpb::{
-    CrashClass, EngineState, GetEngineRequest, LevelOutcome, agent_client::AgentClient,
-    engine_event,
-};
-use fleetbench_proto::controllerpb::{JobState, TrialState, job_event};
+use fleetbench_proto::agentpb::{CrashClass, LevelOutcome};
+use fleetbench_proto::controllerpb::{GetResultsRequest, JobState, TrialState};
 
 /// An agent whose sim profile reserves a rendezvous port (rank 0 may run here) when
 /// `rendezvous`, and adds `extra_args` to the simulator's fixed arguments.
@@ -79,72 +77,6 @@ requests = {requests}
     )
 }
 
-/// Every engine process the job's events say was spawned, by host.
-type Pids = BTreeMap<String, Vec<u32>>;
-
-fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    pid > 1 && unsafe { libc::kill(pid as i32, 0) } == 0
-}
-
-/// Waits (up to 15 s) until none of `pids` runs, and every agent says its engine is idle.
-async fn nothing_running(pids: &Pids, agents: &[&Proc]) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let live: Vec<u32> = pids
-            .values()
-            .flatten()
-            .copied()
-            .filter(|p| alive(*p))
-            .collect();
-        let mut busy = Vec::new();
-        for a in agents {
-            let mut c = AgentClient::connect(format!("http://{}", a.addr))
-                .await
-                .unwrap();
-            let s = c
-                .get_engine(GetEngineRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            if s.state != EngineState::Idle as i32 && s.state != EngineState::Failed as i32 {
-                busy.push(format!("{}: {:?}", a.name, EngineState::try_from(s.state)));
-            }
-        }
-        if live.is_empty() && busy.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running: pids {live:?}, engines {busy:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Reads the job's events to its end, noting spawned engines; `on_progress` runs at each level
-/// progress event with the pids so far.
-async fn follow(client: &mut Client, job_id: &str, mut on_progress: impl FnMut(&Pids)) -> Pids {
-    let mut events = watch(client, job_id).await;
-    let mut pids = Pids::new();
-    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(60), events.message())
-        .await
-        .expect("events keep coming")
-    {
-        match ev.event {
-            Some(job_event::Event::Engine(e)) => {
-                if let Some(engine_event::Event::Spawned(s)) = e.event.and_then(|e| e.event) {
-                    pids.entry(e.host).or_default().push(s.pid);
-                }
-            }
-            Some(job_event::Event::Progress(_)) => on_progress(&pids),
-            Some(job_event::Event::Job(j)) if JobState::is_final_value(j.state) => break,
-            _ => {}
-        }
-    }
-    pids
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_ranks_start_and_levels_run_through_rank_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -191,6 +123,26 @@ async fn both_ranks_start_and_levels_run_through_rank_0() {
         assert_eq!(l.host, "g1");
         assert!(r.completed >= 8, "{r:?}");
     }
+    // Telemetry came from both ranks' hosts, each under its own run id.
+    let res = client
+        .get_results(GetResultsRequest {
+            job_ids: vec![id.clone()],
+            include_telemetry: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let sources: std::collections::BTreeSet<(&str, &str)> = res
+        .telemetry
+        .iter()
+        .map(|p| (p.host.as_str(), p.run_id.as_str()))
+        .collect();
+    let rank1_run = format!("{}-r1", run.run_id);
+    assert!(
+        sources.contains(&("g1", run.run_id.as_str()))
+            && sources.contains(&("g2", rank1_run.as_str())),
+        "{sources:?}"
+    );
     // Both ranks ran (one process each), and neither runs now.
     assert_eq!(pids.get("g1").map(Vec::len), Some(1), "{pids:?}");
     assert_eq!(pids.get("g2").map(Vec::len), Some(1), "{pids:?}");

@@ -36,7 +36,7 @@ fn bad_configs() {
             "bad_configs.toml:33: configs[6].prfile: unknown key \"prfile\" (did you mean \"profile\"?)",
             "bad_configs.toml:36: configs[7].name: same engine, model, flags and env as configs[6] (\"e\"); a config must differ from the others",
             "bad_configs.toml:41: configs[8].name: same engine, model, flags and env as configs[6] (\"e\"); a config must differ from the others",
-            "bad_configs.toml:46: configs[9].engine: sglang-router is a router, not an engine: a config cannot run it on its own (a deployment of replicas behind it is started through the agents, see docs/deployments.md)",
+            "bad_configs.toml:46: configs[9].engine: sglang-router is a router, not an engine: a config runs it in front of replicas of an engine (engine = \"llamacpp\", replicas = 2, router = { engine = \"sglang-router\" }; see docs/deployments.md)",
         ],
     );
 }
@@ -413,6 +413,89 @@ fn bad_nodes() {
             "bad_nodes.toml:31: configs[4].flags.\"--node-rank\": --node-rank is set by the controller for each rank of a config with nodes > 1; a config gives nodes, never the rendezvous flags",
         ],
     );
+}
+
+#[test]
+fn bad_deployment() {
+    assert_errors(
+        "bad_deployment.toml",
+        &[
+            "bad_deployment.toml:7: configs[0].replicas: replicas need a router in front of them: add router = { engine = \"sglang-router\", profile = \"...\" } (its agent profile allowlists the replicas' hosts)",
+            "bad_deployment.toml:9: configs[1].replicas: missing: how many replicas the router fronts (replicas = N, one host each)",
+            "bad_deployment.toml:19: configs[2].replicas: must be between 1 and 64, got 0",
+            "bad_deployment.toml:27: configs[3].router.engine: vllm is an engine, not a router; routers: sglang-router",
+            "bad_deployment.toml:34: configs[4].router.flags.\"--policy\": expected one of random, round_robin, cache_aware, power_of_two, manual, got \"fastest\"",
+            "bad_deployment.toml:34: configs[4].router.flags.\"--worker-urls\": --worker-urls is set by the controller: a router's workers are its config's replicas (replicas = N), placed on hosts its profile allowlists",
+            "bad_deployment.toml:41: configs[5].replicas: a replica spanning hosts is not supported: give replicas or nodes, not both (nodes = 2)",
+            "bad_deployment.toml:44: configs[6].replicas: a config with a target starts no engine, so it takes no replicas (the endpoint is configured where it runs)",
+            "bad_deployment.toml:54: configs[7].router.profle: unknown key \"profle\" (did you mean \"profile\"?)",
+        ],
+    );
+}
+
+#[test]
+fn a_deployment_is_a_config_of_its_own_and_its_router_is_specified() {
+    let text = r#"name = "routing"
+[[configs]]
+name = "one"
+engine = "llamacpp"
+model = "m"
+[[configs]]
+name = "cache-aware"
+extends = "one"
+replicas = 2
+router = { profile = "router", flags = { "--policy" = "cache_aware", "--cache-threshold" = 0.5 } }
+[[configs]]
+name = "round-robin"
+extends = "cache-aware"
+router = { flags = { "--policy" = "round_robin" } }
+[[configs]]
+name = "three"
+extends = "round-robin"
+replicas = 3
+[[workloads]]
+name = "w"
+dataset = "random"
+input_len = 16
+output_len = 16
+[load]
+concurrency = [1]
+requests = 4
+"#;
+    let spec = parse("routing.toml", text).unwrap();
+    let ids: Vec<&str> = spec.configs.iter().map(|c| c.config_id.as_str()).collect();
+    // The same engine flags: every deployment's id starts with the one server's, and differs by
+    // its replica count and its router.
+    for id in &ids[1..] {
+        assert!(id.starts_with(ids[0]), "{ids:?}");
+    }
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 4, "{ids:?}");
+    assert!(spec.configs[0].deployment.is_none());
+    let d = spec.configs[2].deployment.as_ref().unwrap();
+    assert_eq!(d.replicas, 2);
+    assert_eq!(d.router.profile, "router");
+    // `extends` merged the router field by field: the policy replaced, the threshold kept.
+    assert_eq!(
+        d.router.flags,
+        vec![
+            ("--cache-threshold".to_string(), Some("0.5".to_string())),
+            ("--policy".to_string(), Some("round_robin".to_string())),
+        ]
+    );
+    assert_eq!(spec.configs[3].deployment.as_ref().unwrap().replicas, 3);
+    // The router's engine spec carries its workers and their engine; a replica's has none.
+    let workers = vec!["http://10.0.0.1:9931".to_string()];
+    let r = spec.router_spec(2, workers.clone()).unwrap();
+    assert_eq!((r.profile.as_str(), r.workers.clone()), ("router", workers));
+    assert_eq!(
+        r.workers_kind,
+        fleetbench_proto::agentpb::EngineKind::Llamacpp as i32
+    );
+    assert!(spec.engine_spec(2).workers.is_empty());
+    assert!(spec.router_spec(0, Vec::new()).is_none());
 }
 
 #[test]

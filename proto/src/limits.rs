@@ -58,6 +58,8 @@ pub const SLO_MS: (f64, f64) = (0.001, 3_600_000.0);
 pub const GPU_COUNT: (u32, u32) = (1, 1_024);
 /// Hosts one engine may span (`nodes` of a config): one rank process per host.
 pub const NODES: (u32, u32) = (1, 64);
+/// Replicas of one engine behind a router (`replicas` of a config): one host each.
+pub const REPLICAS: (u32, u32) = (1, 64);
 /// Flags in one `ApplyEngine`.
 pub const MAX_FLAGS: usize = 256;
 /// Level indices a `RunBenchmark` may skip.

@@ -7,6 +7,7 @@ use fleetbench_proto::limits::{self as lim, check_u32};
 use toml::de::DeValue;
 
 use super::ConfigSpec;
+use super::deployment::{RawRouter, Written, deployment, id_suffix, merge_router, raw_router};
 use super::flags;
 use super::parse::string_map;
 use super::target::ExternalTarget;
@@ -23,12 +24,14 @@ const CONFIG_KEYS: &[&str] = &[
     "env",
     "target",
     "nodes",
+    "replicas",
+    "router",
 ];
 
 /// A flag's value as written. `false` is kept (not dropped) so that it can switch off a flag
 /// inherited through `extends`.
 #[derive(Debug, Clone, PartialEq)]
-enum FlagVal {
+pub(crate) enum FlagVal {
     Value(String),
     On,
     Off,
@@ -36,10 +39,10 @@ enum FlagVal {
 
 /// Where something was written, for errors about it after inheritance.
 #[derive(Debug, Clone)]
-struct Origin {
-    key_span: Span,
-    value_span: Span,
-    path: String,
+pub(crate) struct Origin {
+    pub(crate) key_span: Span,
+    pub(crate) value_span: Span,
+    pub(crate) path: String,
 }
 
 /// One `[[configs]]` table as written, before `extends` is applied.
@@ -61,6 +64,9 @@ struct RawConfig {
     target_written: bool,
     /// `nodes`, with where it was written.
     nodes: Option<(u32, Span)>,
+    /// `replicas`, with where it was written.
+    replicas: Option<(u32, Span)>,
+    router: Option<RawRouter>,
     /// Some field could not be read; its error is already recorded.
     broken: bool,
 }
@@ -77,6 +83,8 @@ struct Merged {
     target: Option<ExternalTarget>,
     target_written: bool,
     nodes: Option<(u32, Span)>,
+    replicas: Option<(u32, Span)>,
+    router: Option<RawRouter>,
     broken: bool,
 }
 
@@ -131,13 +139,12 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
     let engine = t.get("engine").and_then(|v| {
         let s = super::walk::as_string(ctx, &t.field("engine"), v)?;
         match s.parse::<EngineKind>() {
-            // A router is the front of a deployment, whose replicas the controller does not
-            // place yet: an agent's ApplyEngine starts one with the workers it is given.
+            // A router is the front of a deployment: the config's `router`, with `replicas`.
             Ok(k) if fleetbench_engines::defaults(k).router => {
                 let msg = format!(
-                    "{k} is a router, not an engine: a config cannot run it on its own (a \
-                     deployment of replicas behind it is started through the agents, see \
-                     docs/deployments.md)"
+                    "{k} is a router, not an engine: a config runs it in front of replicas of an \
+                     engine (engine = \"llamacpp\", replicas = 2, router = {{ engine = \"{k}\" }}; \
+                     see docs/deployments.md)"
                 );
                 ctx.error(Some(&v.span()), &t.field("engine"), msg);
                 None
@@ -172,6 +179,10 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
     let nodes = t
         .u32(ctx, "nodes", 0)
         .and_then(|n| Some((n, t.get("nodes")?.span())));
+    let replicas = t
+        .u32(ctx, "replicas", 0)
+        .and_then(|n| Some((n, t.get("replicas")?.span())));
+    let router = raw_router(ctx, t);
     RawConfig {
         name,
         name_span: t.key_span("name"),
@@ -187,6 +198,8 @@ fn raw_config(ctx: &mut Ctx, t: &Table<'_, '_>) -> RawConfig {
         target,
         target_written: t.has("target"),
         nodes,
+        replicas,
+        router,
         broken: ctx.errors.len() > errors_before,
     }
 }
@@ -208,7 +221,7 @@ fn env_names(ctx: &mut Ctx, t: &Table<'_, '_>) {
     }
 }
 
-fn raw_flags(ctx: &mut Ctx, t: &Table<'_, '_>) -> BTreeMap<String, (FlagVal, Origin)> {
+pub(crate) fn raw_flags(ctx: &mut Ctx, t: &Table<'_, '_>) -> BTreeMap<String, (FlagVal, Origin)> {
     let mut out = BTreeMap::new();
     for (k, v) in t.map.iter() {
         let name = k.get_ref().to_string();
@@ -319,6 +332,10 @@ fn merge(ctx: &mut Ctx, raws: &[RawConfig], i: usize, stack: &mut Vec<usize>) ->
     if raw.nodes.is_some() {
         merged.nodes.clone_from(&raw.nodes);
     }
+    if raw.replicas.is_some() {
+        merged.replicas.clone_from(&raw.replicas);
+    }
+    merge_router(&mut merged.router, &raw.router);
     Some(merged)
 }
 
@@ -333,6 +350,12 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
             let mut owned = Vec::new();
             if merged.nodes.is_some() {
                 owned.push("nodes");
+            }
+            if merged.replicas.is_some() {
+                owned.push("replicas");
+            }
+            if merged.router.is_some() {
+                owned.push("router");
             }
             if merged.profile.is_some() {
                 owned.push("profile");
@@ -365,10 +388,65 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
         ctx.error(Some(&raw.table_span), &format!("{}.model", raw.path), msg);
         return None;
     };
-    let mut ok = !merged.broken;
     let default_profile = merged.profile.as_deref().is_none_or(|p| p == kind.as_str());
-    let mut flags = Vec::new();
-    for (flag, (value, origin)) in &merged.flags {
+    let (flags, flags_ok) = checked_flags(ctx, kind, default_profile, &merged.flags);
+    let mut ok = !merged.broken && flags_ok;
+    let nodes = match nodes(ctx, raw, kind, merged.nodes.as_ref()) {
+        Some(n) => n,
+        None => {
+            ok = false;
+            1
+        }
+    };
+    let deployment = deployment(
+        ctx,
+        Written {
+            path: &raw.path,
+            table_span: &raw.table_span,
+            replicas: merged.replicas.as_ref(),
+            router: merged.router.as_ref(),
+            nodes,
+        },
+    );
+    if !ok {
+        return None;
+    }
+    let deployment = deployment.ok()?;
+    let mut config_id = config_id(kind, &model, &flags, &merged.env);
+    // The same flags on more hosts are another config: the rank count is part of its identity
+    // (each rank's engine still has the flags' id, which the agent reports). So are a
+    // deployment's replica count and router.
+    if nodes > 1 {
+        config_id.push_str(&format!("-{nodes}n"));
+    }
+    if let Some(d) = &deployment {
+        config_id.push_str(&id_suffix(d));
+    }
+    Some(ConfigSpec {
+        name,
+        kind,
+        profile: merged.profile.unwrap_or_else(|| kind.as_str().to_string()),
+        model,
+        flags,
+        env: merged.env,
+        config_id,
+        target: None,
+        nodes,
+        deployment,
+    })
+}
+
+/// Flags as written, checked against `kind`'s rules (each refusal recorded by field, with
+/// whether all passed); `false` drops an inherited flag.
+pub(crate) fn checked_flags(
+    ctx: &mut Ctx,
+    kind: EngineKind,
+    default_profile: bool,
+    written: &BTreeMap<String, (FlagVal, Origin)>,
+) -> (Vec<(String, Option<String>)>, bool) {
+    let mut ok = true;
+    let mut out = Vec::new();
+    for (flag, (value, origin)) in written {
         let value = match value {
             FlagVal::Off => continue,
             FlagVal::On => None,
@@ -383,35 +461,9 @@ fn finish(ctx: &mut Ctx, raw: &RawConfig, merged: Merged) -> Option<ConfigSpec> 
             ctx.error(Some(span), &origin.path, problem.message);
             ok = false;
         }
-        flags.push((flag.clone(), value));
+        out.push((flag.clone(), value));
     }
-    let nodes = match nodes(ctx, raw, kind, merged.nodes.as_ref()) {
-        Some(n) => n,
-        None => {
-            ok = false;
-            1
-        }
-    };
-    if !ok {
-        return None;
-    }
-    let mut config_id = config_id(kind, &model, &flags, &merged.env);
-    // The same flags on more hosts are another config: the rank count is part of its identity
-    // (each rank's engine still has the flags' id, which the agent reports).
-    if nodes > 1 {
-        config_id.push_str(&format!("-{nodes}n"));
-    }
-    Some(ConfigSpec {
-        name,
-        kind,
-        profile: merged.profile.unwrap_or_else(|| kind.as_str().to_string()),
-        model,
-        flags,
-        env: merged.env,
-        config_id,
-        target: None,
-        nodes,
-    })
+    (out, ok)
 }
 
 /// `nodes`: within its bounds, and above 1 only for an engine that can span hosts.
@@ -475,5 +527,6 @@ fn finish_external(
         config_id,
         target: Some(target),
         nodes: 1,
+        deployment: None,
     })
 }

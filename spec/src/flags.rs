@@ -39,6 +39,21 @@ pub(crate) fn check(
             ),
         });
     }
+    // A router's upstreams are the controller's (the deployment's replicas), under any
+    // spelling the router takes: the agent refuses these flags too.
+    let workers = fleetbench_engines::defaults(kind).worker_flags;
+    if let Some(w) = workers
+        .iter()
+        .find(|w| bare == **w || (bare.len() > 2 && w.starts_with(bare)))
+    {
+        return Err(Problem {
+            about_name: true,
+            message: format!(
+                "{w} is set by the controller: a router's workers are its config's replicas \
+                 (replicas = N), placed on hosts its profile allowlists"
+            ),
+        });
+    }
     // A risky flag (remote code, JSON configs, loaders) is off on the built-in profile: say so
     // and how to turn it on, rather than "not a flag".
     if let Err(e @ FlagError::Gated { .. }) =

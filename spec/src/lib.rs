@@ -13,6 +13,7 @@ use fleetbench_engines::EngineKind;
 
 mod bounds;
 mod configs;
+mod deployment;
 mod error;
 mod flags;
 mod parse;
@@ -109,6 +110,29 @@ pub struct ConfigSpec {
     /// Hosts the engine spans (`nodes`, default 1): above 1, one rank per host, started
     /// together by the controller with the engine's own rendezvous flags.
     pub nodes: u32,
+    /// Replicas of the engine behind a router (`replicas` and `[configs.router]`): the load
+    /// goes to the router, each replica runs on a host of its own. `None`: one server.
+    pub deployment: Option<DeploymentSpec>,
+}
+
+/// A config's deployment: `replicas` of its engine behind a router.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeploymentSpec {
+    /// Replicas, one host each (1..=64).
+    pub replicas: u32,
+    /// The router in front of them.
+    pub router: RouterSpec,
+}
+
+/// The router of a deployment, started by an agent from its own profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouterSpec {
+    /// A router kind (`sglang-router`).
+    pub kind: EngineKind,
+    /// Its profile on the agent; defaults to the kind's name.
+    pub profile: String,
+    /// `(name, value)` as for an engine's flags; sorted by name.
+    pub flags: Vec<(String, Option<String>)>,
 }
 
 /// One workload: what the load generator sends.

@@ -107,10 +107,34 @@ impl JobSpec {
             env: c.env.clone().into_iter().collect(),
             port: 0,
             gang: None,
-            // A config is one server: a deployment's workers are not placed from a spec yet.
+            // A replica is started as any engine; its router takes the workers.
             workers: Vec::new(),
             workers_kind: 0,
         }
+    }
+
+    /// The router of a deployment config, in front of `workers` (the replicas' base URLs, as
+    /// the router's host reaches them); `None` for a config that is one server.
+    pub fn router_spec(&self, config: usize, workers: Vec<String>) -> Option<agentpb::EngineSpec> {
+        let c = &self.configs[config];
+        let r = &c.deployment.as_ref()?.router;
+        Some(agentpb::EngineSpec {
+            profile: r.profile.clone(),
+            model: String::new(),
+            flags: r
+                .flags
+                .iter()
+                .map(|(name, value)| agentpb::Flag {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            env: Default::default(),
+            port: 0,
+            gang: None,
+            workers,
+            workers_kind: kind_to_pb(c.kind) as i32,
+        })
     }
 
     /// The config's engine kind as the wire enum.

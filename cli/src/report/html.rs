@@ -56,6 +56,14 @@ pub(crate) fn render(results: &GetResultsResponse, compare: &CompareResponse) ->
     header(&mut h, results, compare);
     comparison(&mut h, compare, &colors);
     sweeps(&mut h, compare, &colors);
+    let replicas = super::replicas::charts(results, &colors);
+    if !replicas.is_empty() {
+        h.push_str("<h2>Replicas behind a router</h2>\n<p class=\"meta\">Each replica's share of the deployment's generated tokens and its own cache-hit rate (its engine's counters, mean over repeats); replica 0 solid, the others dashed.</p>\n<div class=\"charts\">\n");
+        for c in &replicas {
+            chart_html(&mut h, c);
+        }
+        h.push_str("</div>\n");
+    }
     let errors = super::protocol::error_rate_charts(results, &colors);
     if !errors.is_empty() {
         h.push_str("<h2>Error rate</h2>\n<p class=\"meta\">Failed over sent requests per level (mean over repeats); latency figures leave failed requests out.</p>\n<div class=\"charts\">\n");

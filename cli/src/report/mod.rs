@@ -20,6 +20,7 @@ mod plots;
 pub mod protocol;
 #[cfg(test)]
 mod render_tests;
+mod replicas;
 pub mod table;
 
 pub use json_out::compare_json;

@@ -493,3 +493,59 @@ fn two_jobs_in_one_report_keep_their_configs_apart() {
     }
     assert!(html.contains("fleetbench report: 2 jobs"));
 }
+
+#[test]
+fn a_deployment_gets_a_chart_per_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut results = results(false);
+    let compare = fleetbench_verdicts::compare::compare(&results);
+    let files = super::write_all(dir.path(), &results, &compare).unwrap();
+    let html = std::fs::read_to_string(&files[2]).unwrap();
+    assert!(!html.contains("per replica"), "a job without deployments");
+
+    // Config "a" ran behind a router: replica 0 took 60% and 50% of the tokens in its two
+    // repeats, so its line is at 55% and replica 1's at 45%.
+    for l in results.levels.iter_mut().filter(|l| l.config_name == "a") {
+        let first = if l.repeat == 0 { 0.6 } else { 0.5 };
+        let r = l.result.as_mut().unwrap();
+        r.deployment = Some(agentpb::Deployment {
+            replicas: [first, 1.0 - first]
+                .iter()
+                .enumerate()
+                .map(|(i, share)| agentpb::ReplicaLevel {
+                    worker: format!("http://10.0.0.{i}:9931"),
+                    share: Some(*share),
+                    cache_hit_rate: Some(0.25 * (i as f64 + 1.0)),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+    }
+    let charts = super::replicas::charts(&results, &super::charts::Colors::new(&results, &compare));
+    let titles: Vec<&str> = charts.iter().map(|c| c.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        [
+            "random-512: share of output tokens per replica",
+            "random-512: cache-hit rate per replica"
+        ]
+    );
+    let names: Vec<&str> = charts[0].lines.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["a · replica 0", "a · replica 1"]);
+    let ys = |line: &super::plots::Line| -> Vec<f64> {
+        line.points
+            .iter()
+            .map(|p| (p.1 * 1e9).round() / 1e9)
+            .collect()
+    };
+    // Crashed levels are left out; "a" crashed none of its four levels.
+    assert_eq!(ys(&charts[0].lines[0]), [55.0; 4]);
+    assert_eq!(ys(&charts[0].lines[1]), [45.0; 4]);
+    assert_eq!(ys(&charts[1].lines[1]), [50.0; 4]);
+    assert!(charts[0].lines[1].dashed && !charts[0].lines[0].dashed);
+    let files = super::write_all(dir.path(), &results, &compare).unwrap();
+    let html = std::fs::read_to_string(&files[2]).unwrap();
+    assert!(html.contains("Replicas behind a router"), "{html}");
+    assert!(html.contains("a · replica 1"));
+}

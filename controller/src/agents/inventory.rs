@@ -288,24 +288,32 @@ impl Inventory {
         }
         let mut hosts = self.hosts.lock().expect("inventory lock");
         let mut taken: Vec<HostSnapshot> = Vec::with_capacity(n);
-        for h in hosts.values() {
-            if h.health() != AgentHealth::Ready {
-                continue;
-            }
-            let Some(facts) = h.facts.clone() else {
-                continue;
-            };
-            let snap = HostSnapshot {
-                name: h.name.clone(),
-                facts,
-                labels: h.merged_labels(),
-                health: AgentHealth::Ready,
-            };
-            if fits(&snap, &taken) {
-                taken.push(snap);
+        // Passes over the hosts until none more fits: a host that fits only after another
+        // (a replica's after its router's, which sorts later by name) is found on the next.
+        loop {
+            let before = taken.len();
+            for h in hosts.values() {
                 if taken.len() == n {
                     break;
                 }
+                if h.health() != AgentHealth::Ready || taken.iter().any(|t| t.name == h.name) {
+                    continue;
+                }
+                let Some(facts) = h.facts.clone() else {
+                    continue;
+                };
+                let snap = HostSnapshot {
+                    name: h.name.clone(),
+                    facts,
+                    labels: h.merged_labels(),
+                    health: AgentHealth::Ready,
+                };
+                if fits(&snap, &taken) {
+                    taken.push(snap);
+                }
+            }
+            if taken.len() == n || taken.len() == before {
+                break;
             }
         }
         if taken.len() < n {
@@ -444,6 +452,13 @@ mod tests {
         drop(all);
         assert_eq!(busy(&inv), 0);
         assert!(inv.acquire_all("j3", 0, |_, _| true).unwrap().is_empty());
+        // A first host that sorts last (a deployment's router on "h3", its replicas on the
+        // others): the hosts before it are taken on a second pass.
+        let all = inv
+            .acquire_all("j4", 3, |h, taken| !taken.is_empty() || h.name == "h3")
+            .unwrap();
+        let names: Vec<&str> = all.iter().map(|l| l.host.as_str()).collect();
+        assert_eq!(names, ["h3", "h1", "h2"]);
     }
 
     fn health(inv: &Inventory) -> i32 {

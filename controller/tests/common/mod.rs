@@ -15,6 +15,7 @@ use tonic::transport::Channel;
 
 pub mod engine_ab;
 pub mod netns;
+pub mod spawned;
 
 /// A server process, stopped (SIGTERM, then SIGKILL) when dropped.
 pub type Proc = fleetbench_testkit::process::Listening;

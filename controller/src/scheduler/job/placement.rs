@@ -26,8 +26,9 @@ pub(super) fn placeable(
         // take it (a host that refuses leases as a host fault still answers heartbeats).
         // A gang needs `nodes` hosts: it goes back to hosts it was lost on when the others
         // are too few.
-        let nodes = trial::gang_nodes(spec, t);
-        // Hosts the trial holds at once: a gang's ranks, or a split level's client hosts.
+        let nodes = trial::engine_hosts(spec, t);
+        // Hosts the trial holds at once: a gang's ranks, a deployment's router and replicas,
+        // or a split level's client hosts.
         let n = if nodes > 1 {
             nodes
         } else {
@@ -73,7 +74,7 @@ pub(super) fn placeable(
                 } else {
                     matches(h) && !held.contains(&h.name) && not_lost(h)
                 };
-                ok && (nodes <= 1 || trial::gang_fits(spec, t, h, taken))
+                ok && trial::group_fits(spec, t, h, taken)
             };
             if let Some(leases) = ctx.inventory.acquire_all(job_id, n, fits) {
                 return Some((i, leases));
@@ -83,7 +84,7 @@ pub(super) fn placeable(
         // An engine spanning hosts takes all its hosts at once (`trial::gang`), as a split
         // level takes its client hosts.
         let fits = |h: &HostSnapshot, taken: &[HostSnapshot]| {
-            matches(h) && not_lost(h) && (nodes <= 1 || trial::gang_fits(spec, t, h, taken))
+            matches(h) && not_lost(h) && trial::group_fits(spec, t, h, taken)
         };
         if let Some(leases) = ctx.inventory.acquire_all(job_id, n, fits) {
             return Some((i, leases));
@@ -116,7 +117,21 @@ pub(super) fn no_host_message(ctx: &Ctx, spec: &spec::JobSpec, waited: Duration)
             hosts.join(", ")
         }
     );
-    if let Some(c) = spec.configs.iter().find(|c| c.nodes > 1) {
+    if let Some((c, d)) = spec
+        .configs
+        .iter()
+        .find_map(|c| Some((c, c.deployment.as_ref()?)))
+    {
+        text.push_str(&format!(
+            " (config {:?} is {} replicas behind a router: it needs {} hosts ready at once, the \
+             first with profile {:?} for the router, the others with profile {:?})",
+            c.name,
+            d.replicas,
+            d.replicas + 1,
+            d.router.profile,
+            c.profile
+        ));
+    } else if let Some(c) = spec.configs.iter().find(|c| c.nodes > 1) {
         text.push_str(&format!(
             " (config {:?} spans {} hosts: it needs that many ready at once, the first with a \
              rendezvous_port in profile {:?})",

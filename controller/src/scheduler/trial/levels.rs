@@ -82,6 +82,9 @@ impl Attempt<'_> {
         if let Some(g) = self.gang {
             g.name_loss(&mut result).await;
         }
+        if let Some(d) = self.deployment {
+            d.name_loss(&mut result);
+        }
         // Fencing on this side too: a level measured under another epoch, or arriving after
         // this attempt gave its lease up, is never stored.
         if result.lease_epoch != self.lease.epoch || !self.lease.held() {
@@ -124,12 +127,7 @@ impl Attempt<'_> {
         }
         // Two sample intervals: the sample that covers the level's end is on its way.
         let gpu_power_w = self
-            .power
-            .level_mean(
-                result.started_unix_ms,
-                result.finished_unix_ms,
-                self.power.wait(),
-            )
+            .level_power(result.started_unix_ms, result.finished_unix_ms)
             .await;
         let stored = self.trial.stored_level(
             self.run.run_id.clone(),

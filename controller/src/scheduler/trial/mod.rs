@@ -26,11 +26,33 @@ use crate::store::{StoreError, TrialRow};
 use fleetbench_spec::JobSpec;
 
 mod clients;
+mod deployment;
 mod gang;
 mod levels;
+mod members;
+mod relays;
 
 pub(crate) use clients::ClientHost;
-pub(crate) use gang::{fits as gang_fits, nodes as gang_nodes};
+/// The hosts `trial` holds at once for its engines: a gang's ranks or a deployment's router
+/// and replicas (1: one host; a split level's client hosts are the load's, not counted here).
+pub(crate) fn engine_hosts(spec: &JobSpec, trial: &TrialRow) -> usize {
+    gang::nodes(spec, trial).max(deployment::hosts(spec, trial))
+}
+
+/// Whether `h` may join the hosts of `trial` after `taken`: a gang's rank 0 must offer a
+/// rendezvous port, a deployment's router host the router's profile and its replicas' the
+/// engine's.
+pub(crate) fn group_fits(
+    spec: &JobSpec,
+    trial: &TrialRow,
+    h: &crate::agents::HostSnapshot,
+    taken: &[crate::agents::HostSnapshot],
+) -> bool {
+    if deployment::hosts(spec, trial) > 0 {
+        return deployment::fits(spec, trial, h, taken);
+    }
+    gang::nodes(spec, trial) <= 1 || gang::fits(spec, trial, h, taken)
+}
 
 /// How a trial attempt ended.
 #[derive(Debug)]
@@ -69,6 +91,20 @@ enum Stop {
     Store(StoreError),
 }
 
+impl Stop {
+    /// The same stop, its message led by `who` (a gang's rank, a deployment's replica).
+    fn prefixed(self, who: &str) -> Stop {
+        match self {
+            Stop::Lost(m) => Stop::Lost(format!("{who}: {m}")),
+            Stop::HostFault(m) => Stop::HostFault(format!("{who}: {m}")),
+            Stop::Fenced(m) => Stop::Fenced(format!("{who}: {m}")),
+            Stop::Outside(m) => Stop::Outside(format!("{who}: {m}")),
+            Stop::Rejected(m) => Stop::Rejected(format!("{who}: {m}")),
+            s @ (Stop::Cancelled | Stop::Store(_)) => s,
+        }
+    }
+}
+
 impl From<StoreError> for Stop {
     fn from(e: StoreError) -> Self {
         Stop::Store(e)
@@ -100,11 +136,16 @@ struct Attempt<'a> {
     lease: &'a AgentLease,
     /// GPU power samples the telemetry relay keeps for this attempt's levels.
     power: telemetry::PowerLog,
+    /// The same for each host of the attempt's group (`members`), in order; filled by
+    /// `start_relays`.
+    member_power: Vec<telemetry::PowerLog>,
     /// Hosts that drive a share of each level besides this one (`load.clients`); empty: this
     /// host drives it all.
     clients: &'a [ClientHost],
     /// The other ranks when this attempt is rank 0 of an engine spanning hosts (`gang`).
     gang: Option<&'a gang::Ranks>,
+    /// The replicas when this attempt runs the router of a deployment (`deployment`).
+    deployment: Option<&'a deployment::Replicas>,
 }
 
 /// Runs one attempt of `trial` on the hosts placed for it: one host, a gang's (rank order, see
@@ -117,6 +158,9 @@ pub(crate) async fn run_placed(
     mut leases: Vec<Lease>,
     cancel: CancellationToken,
 ) -> (String, TrialOutcome) {
+    if deployment::hosts(spec, trial) > 0 {
+        return deployment::run(ctx, spec, trial, leases, cancel).await;
+    }
     if gang::nodes(spec, trial) > 1 {
         return gang::run(ctx, spec, trial, leases, cancel).await;
     }
@@ -127,6 +171,25 @@ pub(crate) async fn run_placed(
         host,
         run_trial(ctx, spec, trial, lease, leases, cancel).await,
     )
+}
+
+/// The run row of an attempt as it begins, on `host` under lease `epoch` (0: not held yet).
+fn new_run(trial: &TrialRow, run_id: &str, host: &str, epoch: u64) -> Run {
+    Run {
+        run_id: run_id.to_string(),
+        job_id: trial.job_id.clone(),
+        trial_id: trial.id.clone(),
+        host: host.to_string(),
+        config_id: trial.config_id.clone(),
+        config_name: trial.config_name.clone(),
+        workload: trial.workload.clone(),
+        repeat: trial.repeat,
+        attempt: trial.attempts,
+        state: RunState::Running as i32,
+        started_unix_ms: now_unix_ms(),
+        lease_epoch: epoch,
+        ..Run::default()
+    }
 }
 
 /// Runs one attempt of `trial` on the leased host; `extra`: the client hosts that drive a share
@@ -150,20 +213,7 @@ async fn run_trial(
         fleetbench.attempt = i64::from(trial.attempts),
         fleetbench.run.id = %run_id,
     );
-    let run = Run {
-        run_id: run_id.clone(),
-        job_id: trial.job_id.clone(),
-        trial_id: trial.id.clone(),
-        host: lease.host.clone(),
-        config_id: trial.config_id.clone(),
-        config_name: trial.config_name.clone(),
-        workload: trial.workload.clone(),
-        repeat: trial.repeat,
-        attempt: trial.attempts,
-        state: RunState::Running as i32,
-        started_unix_ms: now_unix_ms(),
-        ..Run::default()
-    };
+    let run = new_run(trial, &run_id, &lease.host, 0);
     let outcome = async {
         // A trial against an external endpoint waits until no other trial loads it.
         let _endpoint = match &spec.configs[trial.config_index as usize].target {
@@ -220,8 +270,10 @@ async fn run_trial(
             cancel,
             lease: &agent_lease,
             power: telemetry::PowerLog::with_interval(ctx.telemetry_interval),
+            member_power: Vec::new(),
             clients: &clients,
             gang: None,
+            deployment: None,
         };
         let outcome = a.attempt(&run_id).await;
         agent_lease.release().await;
@@ -247,25 +299,7 @@ impl Attempt<'_> {
         if let Err(e) = ctx.store.put_run(&a.run).await {
             return TrialOutcome::Store(e);
         }
-        ctx.inventory.set_current_config(&a.host, &trial.config_id);
-        let tel_cancel = a.cancel.child_token();
-        let tel = tokio::spawn(
-            telemetry::relay(
-                telemetry::Relay {
-                    writer: ctx.telemetry.clone(),
-                    power: a.power.clone(),
-                    metrics: ctx.metrics.clone(),
-                    client: a.client.clone(),
-                    job_id: trial.job_id.clone(),
-                    run_id: run_id.to_string(),
-                    host: a.host.clone(),
-                    config_id: trial.config_id.clone(),
-                    interval: ctx.telemetry_interval,
-                },
-                tel_cancel.clone(),
-            )
-            .in_current_span(),
-        );
+        let relays = a.start_relays(run_id);
         let lease = a.lease;
         let epoch = lease.epoch;
         // When the lease ends, the body (and its streams) is dropped where it stands: nothing
@@ -292,10 +326,7 @@ impl Attempt<'_> {
             }
             Err(Stop::Store(e)) => TrialOutcome::Store(e),
         };
-        tel_cancel.cancel();
-        let _ = tel.await;
-        // Nothing refreshes this host's GPU and engine gauges once the relay has stopped.
-        ctx.metrics.host_series_remove(&a.host);
+        relays.stop(ctx).await;
         let (run_state, trial_state, reason) = match &outcome {
             TrialOutcome::Done => (RunState::Done, TrialState::Done, String::new()),
             TrialOutcome::EngineFailed(r) => {
@@ -358,6 +389,9 @@ impl Attempt<'_> {
     async fn body(&mut self) -> Result<(), Stop> {
         if let Some(g) = self.gang {
             return g.body(self).await;
+        }
+        if let Some(d) = self.deployment {
+            return d.body(self).await;
         }
         let mut rounds = 0;
         loop {
@@ -453,7 +487,11 @@ impl Attempt<'_> {
             otel.status_description = tracing::field::Empty,
         );
         async {
-            let mut spec = self.spec.engine_spec(self.trial.config_index as usize);
+            let config = self.trial.config_index as usize;
+            let mut spec = match self.deployment {
+                Some(d) => d.router_spec(self.spec, config),
+                None => self.spec.engine_spec(config),
+            };
             spec.gang = self.gang.map(|g| g.pb(0));
             let req = ApplyEngineRequest {
                 spec: Some(spec),

@@ -32,14 +32,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use fleetbench_proto::agentpb::{
-    self, ApplyEngineRequest, CrashClass, EngineState, LevelOutcome, LevelResult, LogFact,
-    StopEngineRequest, WatchEngineRequest, engine_event, engine_watch_event,
+    self, CrashClass, LevelOutcome, LevelResult, LogFact, StopEngineRequest,
 };
-use fleetbench_proto::controllerpb::{HostEngineEvent, TrialState, job_event};
+use fleetbench_proto::controllerpb::TrialState;
 use futures::StreamExt;
-use futures::future::select_all;
 use tracing::Instrument;
 
+use super::members::{self, Member};
 use super::*;
 use crate::agents::HostSnapshot;
 
@@ -77,23 +76,6 @@ fn rendezvous_port(spec: &JobSpec, trial: &TrialRow, h: &HostSnapshot) -> u32 {
         .map_or(0, |p| p.rendezvous_port)
 }
 
-/// `host` of an agent address (`http://10.0.0.1:7443`, `[::1]:7443`), as the ranks dial it.
-fn address_host(address: &str) -> &str {
-    let a = address
-        .trim_start_matches("https://")
-        .trim_start_matches("http://");
-    let a = a.split('/').next().unwrap_or(a);
-    a.rsplit_once(':').map_or(a, |(h, _)| h)
-}
-
-/// A rank above 0: its host, its lease, and what it runs.
-struct Rank {
-    rank: u32,
-    host: String,
-    client: AgentClient,
-    lease: AgentLease,
-}
-
 /// The rank that ended first in a level, with what its agent said.
 #[derive(Debug, Clone)]
 struct Loss {
@@ -106,7 +88,8 @@ struct Loss {
 pub(super) struct Ranks {
     nnodes: u32,
     dist_init_addr: String,
-    ranks: Vec<Rank>,
+    /// Ranks 1.. in order (`ranks[i]` is rank `i + 1`).
+    ranks: Vec<Member>,
     /// The rank that ended first in the current round.
     lost: Mutex<Option<Loss>>,
     /// The index (into the attempt's hosts, rank order) of the host to blame for the
@@ -115,6 +98,11 @@ pub(super) struct Ranks {
 }
 
 impl Ranks {
+    /// Ranks 1.. in order.
+    pub(super) fn members(&self) -> &[Member] {
+        &self.ranks
+    }
+
     /// The rendezvous of rank `rank`, for its `EngineSpec`.
     pub(super) fn pb(&self, rank: u32) -> agentpb::Gang {
         agentpb::Gang {
@@ -185,25 +173,9 @@ impl Ranks {
 
     /// Resolves when a rank's lease ends, with the stop it means.
     async fn lease_ended(&self) -> Stop {
-        if self.ranks.is_empty() {
-            return std::future::pending().await;
-        }
-        let ends = self.ranks.iter().map(|r| {
-            Box::pin(async move {
-                let end = r.lease.ended().await;
-                (r, end)
-            })
-        });
-        let ((r, end), _, _) = select_all(ends).await;
-        self.blame(r.rank);
-        let epoch = r.lease.epoch;
-        match end {
-            LeaseEnd::Fenced(m) => Stop::Fenced(format!(
-                "rank {} on host {}: lease epoch {epoch} fenced off: {m}",
-                r.rank, r.host
-            )),
-            LeaseEnd::Lost(m) => Stop::Lost(format!("rank {} on host {}: {m}", r.rank, r.host)),
-        }
+        let (i, stop) = members::lease_ended(&self.ranks).await;
+        self.blame(i as u32 + 1);
+        stop
     }
 
     /// The gang's rounds under every rank's lease: start all, run levels on rank 0, repeat
@@ -234,7 +206,7 @@ impl Ranks {
             let before = stored.len();
             let benched = {
                 let (mut rank0, epoch0) = (a.client.clone(), a.lease.epoch);
-                let watch = self.watch_all(a.run.run_id.clone());
+                let watch = self.watch_all();
                 let bench = a.bench(stored);
                 tokio::pin!(watch, bench);
                 let benched = tokio::select! {
@@ -262,7 +234,7 @@ impl Ranks {
                 return Ok(());
             }
             // A level crashed (a rank ended mid-level): a fresh gang runs the rest.
-            self.stop_all(a.ctx).await;
+            members::stop_members(a.ctx, &self.ranks).await;
         }
     }
 }
@@ -280,28 +252,12 @@ pub(super) async fn run(
     leases: Vec<Lease>,
     cancel: CancellationToken,
 ) -> (String, TrialOutcome) {
-    let hosts: Vec<String> = leases.iter().map(|l| l.host.clone()).collect();
     let run_id = format!("{}-a{}", trial.id, trial.attempts);
-    let span = tracing::info_span!(
-        "trial",
-        fleetbench.host = %hosts[0],
-        fleetbench.gang.hosts = %hosts.join(","),
-        fleetbench.config.id = %trial.config_id,
-        fleetbench.config.name = %trial.config_name,
-        fleetbench.workload = %trial.workload,
-        fleetbench.repeat = i64::from(trial.repeat),
-        fleetbench.attempt = i64::from(trial.attempts),
-        fleetbench.run.id = %run_id,
-    );
+    let span = members::group_span(trial, &run_id, &leases, "gang");
     let (blame, outcome) = attempt(ctx, spec, trial, &leases, &run_id, cancel)
         .instrument(span)
         .await;
-    let mut leases = leases;
-    let host = hosts[blame.min(hosts.len() - 1)].clone();
-    if let TrialOutcome::HostLost(reason) | TrialOutcome::DiedRunning(reason) = &outcome {
-        leases.swap_remove(blame.min(hosts.len() - 1)).lost(reason);
-    }
-    (host, outcome)
+    (members::settle(leases, blame, &outcome), outcome)
 }
 
 async fn attempt(
@@ -337,41 +293,14 @@ async fn attempt(
             )),
         );
     }
-    let host = address_host(&address);
+    let host = members::address_host(&address);
     let dist_init_addr = format!("{host}:{port}");
 
     // Every rank's agent lease, at once; any that cannot be had gives the others back.
-    let acquired = futures::future::join_all(
-        leases
-            .iter()
-            .map(|l| AgentLease::acquire(&l.client, &trial.job_id, &trial.id, ctx.lease_ttl)),
-    )
-    .await;
-    let failed = acquired.iter().position(|r| r.is_err());
-    let mut held: Vec<AgentLease> = Vec::new();
-    let mut first_error = None;
-    for (i, r) in acquired.into_iter().enumerate() {
-        match r {
-            Ok(l) => held.push(l),
-            Err(e) if first_error.is_none() => first_error = Some((i, e)),
-            Err(_) => {}
-        }
-    }
-    if let (Some(_), Some((i, e))) = (failed, first_error) {
-        futures::future::join_all(held.into_iter().map(AgentLease::release)).await;
-        let host = &leases[i].host;
-        return (
-            i,
-            match e {
-                AcquireError::Busy(m) => TrialOutcome::Interrupted(format!(
-                    "rank {i} on host {host} is leased by another holder: {m}"
-                )),
-                AcquireError::Unreachable(m) | AcquireError::Refused(m) => {
-                    TrialOutcome::HostLost(format!("rank {i} on host {host}: {m}"))
-                }
-            },
-        );
-    }
+    let held = match members::acquire_each(ctx, trial, leases, |i| format!("rank {i}")).await {
+        Ok(held) => held,
+        Err(failed) => return failed,
+    };
     let mut held = held.into_iter();
     let lease0 = held.next().expect("a gang holds rank 0's lease");
     let ranks = Ranks {
@@ -380,32 +309,19 @@ async fn attempt(
         ranks: held
             .zip(leases.iter().skip(1))
             .enumerate()
-            .map(|(i, (lease, l))| Rank {
-                rank: i as u32 + 1,
+            .map(|(i, (lease, l))| Member {
+                label: format!("rank {}", i + 1),
                 host: l.host.clone(),
                 client: l.client.clone(),
                 lease,
+                run_id: rank_run_id(run_id, i as u32 + 1),
             })
             .collect(),
         lost: Mutex::new(None),
         blame: Mutex::new(None),
     };
     tracing::info!(nodes = n, %dist_init_addr, "gang placed");
-    let mut run = Run {
-        run_id: run_id.to_string(),
-        job_id: trial.job_id.clone(),
-        trial_id: trial.id.clone(),
-        host: leases[0].host.clone(),
-        config_id: trial.config_id.clone(),
-        config_name: trial.config_name.clone(),
-        workload: trial.workload.clone(),
-        repeat: trial.repeat,
-        attempt: trial.attempts,
-        state: RunState::Running as i32,
-        started_unix_ms: now_unix_ms(),
-        lease_epoch: lease0.epoch,
-        ..Run::default()
-    };
+    let mut run = new_run(trial, run_id, &leases[0].host, lease0.epoch);
     for (k, v) in [
         ("gang.nodes", n.to_string()),
         ("gang.dist_init_addr", dist_init_addr),
@@ -425,8 +341,10 @@ async fn attempt(
         cancel,
         lease: &lease0,
         power: telemetry::PowerLog::with_interval(ctx.telemetry_interval),
+        member_power: Vec::new(),
         clients: &[],
         gang: Some(&ranks),
+        deployment: None,
     };
     let outcome = a.attempt(run_id).await;
     let blame = ranks.blame.lock().expect("gang lock").unwrap_or(0);
@@ -437,17 +355,4 @@ async fn attempt(
         .map(AgentLease::release);
     futures::future::join_all(releases).await;
     (blame, outcome)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::address_host;
-
-    #[test]
-    fn rank_zero_is_dialled_where_its_agent_is() {
-        assert_eq!(address_host("127.0.0.1:7443"), "127.0.0.1");
-        assert_eq!(address_host("https://10.0.0.7:7443"), "10.0.0.7");
-        assert_eq!(address_host("http://gpu-a.example:7443/"), "gpu-a.example");
-        assert_eq!(address_host("[::1]:7443"), "[::1]");
-    }
 }

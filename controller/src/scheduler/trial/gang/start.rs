@@ -9,29 +9,31 @@ impl Ranks {
     /// reports its own failure within [`NAME_WAIT`]: that one is named.
     pub(super) async fn start_all(&self, a: &mut Attempt<'_>) -> Result<(), Stop> {
         let (ctx, spec, trial) = (a.ctx, a.spec, a.trial);
-        let run_id = a.run.run_id.clone();
         let cancel = a.cancel.clone();
         type Started<'f> = std::pin::Pin<
             Box<
-                dyn std::future::Future<Output = Result<(u32, Vec<String>), (u32, Stop, bool)>>
+                dyn std::future::Future<Output = Result<(u32, members::Started), (u32, Stop, bool)>>
                     + Send
                     + 'f,
             >,
         >;
         let mut starts: futures::stream::FuturesUnordered<Started<'_>> = Default::default();
-        for r in &self.ranks {
-            let (run_id, cancel) = (run_id.clone(), cancel.clone());
+        for (i, r) in self.ranks.iter().enumerate() {
+            let rank = i as u32 + 1;
+            let mut engine = spec.engine_spec(trial.config_index as usize);
+            engine.gang = Some(self.pb(rank));
+            let cancel = cancel.clone();
             starts.push(Box::pin(async move {
-                self.start_rank(ctx, spec, trial, r, &run_id, &cancel)
+                members::start_member(ctx, trial, r, engine, &cancel)
                     .await
-                    .map(|argv| (r.rank, argv))
-                    .map_err(|(s, lost)| (r.rank, s, lost))
+                    .map(|s| (rank, s))
+                    .map_err(|f| (rank, f.stop, f.peer_lost))
             }));
         }
         let rank0 = &mut *a;
         starts.push(Box::pin(async move {
             match rank0.apply().await {
-                Ok(()) => Ok((0, Vec::new())),
+                Ok(()) => Ok((0, members::Started::default())),
                 Err(s) => {
                     let lost = rank0
                         .run
@@ -42,7 +44,7 @@ impl Ranks {
                 }
             }
         }));
-        let mut argvs: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        let mut argvs: BTreeMap<u32, members::Started> = BTreeMap::new();
         let mut failed: Option<(u32, Stop, bool)> = None;
         let mut until: Option<tokio::time::Instant> = None;
         loop {
@@ -78,24 +80,15 @@ impl Ranks {
         drop(starts);
         match failed {
             None => {
-                for r in &self.ranks {
-                    let argv = argvs.remove(&r.rank).unwrap_or_default();
-                    let key = |k: &str| format!("gang.rank{}.{k}", r.rank);
-                    for (k, v) in [
-                        (key("host"), r.host.clone()),
-                        (key("run_id"), rank_run_id(&run_id, r.rank)),
-                        (key("argv"), argv.join(" ")),
-                        (key("lease_epoch"), r.lease.epoch.to_string()),
-                    ] {
-                        a.run.facts.retain(|f| f.key != k);
-                        a.run.facts.push(LogFact { key: k, value: v });
-                    }
+                for (i, r) in self.ranks.iter().enumerate() {
+                    let started = argvs.remove(&(i as u32 + 1)).unwrap_or_default();
+                    members::member_facts(&mut a.run, &format!("gang.rank{}", i + 1), r, &started);
                 }
                 a.ctx.store.put_run(&a.run).await?;
                 Ok(())
             }
             Some((rank, stop, _)) => {
-                self.stop_all(a.ctx).await;
+                members::stop_members(a.ctx, &self.ranks).await;
                 if !a.ctx.is_deposed() {
                     a.stop_engine().await;
                 }
@@ -111,99 +104,8 @@ impl Ranks {
                     "gang of {}: rank {rank} on host {host} could not start",
                     self.nnodes
                 );
-                Err(match stop {
-                    Stop::Lost(m) => Stop::Lost(format!("{who}: {m}")),
-                    Stop::HostFault(m) => Stop::HostFault(format!("{who}: {m}")),
-                    Stop::Fenced(m) => Stop::Fenced(format!("{who}: {m}")),
-                    Stop::Outside(m) => Stop::Outside(format!("{who}: {m}")),
-                    Stop::Rejected(m) => Stop::Rejected(format!("{who}: {m}")),
-                    s @ (Stop::Cancelled | Stop::Store(_)) => s,
-                })
+                Err(stop.prefixed(&who))
             }
         }
-    }
-
-    /// Starts one rank above 0; returns its argv.
-    async fn start_rank(
-        &self,
-        ctx: &Ctx,
-        spec: &JobSpec,
-        trial: &TrialRow,
-        r: &Rank,
-        run_id: &str,
-        cancel: &CancellationToken,
-    ) -> Result<Vec<String>, (Stop, bool)> {
-        let mut engine = spec.engine_spec(trial.config_index as usize);
-        engine.gang = Some(self.pb(r.rank));
-        let req = ApplyEngineRequest {
-            spec: Some(engine),
-            run_id: rank_run_id(run_id, r.rank),
-            lease_epoch: r.lease.epoch,
-        };
-        let mut client = r.client.clone();
-        let mut stream = tokio::select! {
-            s = client.apply_engine(req) => s.map_err(|s| (classify("ApplyEngine", s), false))?.into_inner(),
-            _ = cancel.cancelled() => return Err((Stop::Cancelled, false)),
-        };
-        let mut argv = Vec::new();
-        loop {
-            let msg = tokio::select! {
-                m = stream.message() => m.map_err(|s| (classify("ApplyEngine stream", s), false))?,
-                _ = cancel.cancelled() => return Err((Stop::Cancelled, false)),
-            };
-            let Some(ev) = msg else {
-                return Err((
-                    Stop::Lost("ApplyEngine ended before the engine was ready".into()),
-                    false,
-                ));
-            };
-            let host_ev = HostEngineEvent {
-                host: r.host.clone(),
-                run_id: rank_run_id(run_id, r.rank),
-                event: Some(ev.clone()),
-            };
-            ctx.hub
-                .emit(&trial.job_id, job_event::Event::Engine(host_ev))
-                .await
-                .map_err(|e| (Stop::Store(e), false))?;
-            match ev.event {
-                Some(engine_event::Event::Spawned(s)) => argv = s.argv,
-                Some(engine_event::Event::Ready(_)) => return Ok(argv),
-                Some(engine_event::Event::Failed(crash)) => {
-                    let class = crash.class();
-                    let lost = class == CrashClass::RankLost;
-                    return Err((
-                        if class == CrashClass::HostFault {
-                            Stop::HostFault(crash.summary)
-                        } else if class.not_the_configs() {
-                            Stop::Outside(crash.summary)
-                        } else {
-                            Stop::Rejected(crash.summary)
-                        },
-                        lost,
-                    ));
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Stops every rank above 0 (bounded per host); a deposed controller leaves them to the
-    /// new leader.
-    pub(super) async fn stop_all(&self, ctx: &Ctx) {
-        if ctx.is_deposed() {
-            return;
-        }
-        let stops = self.ranks.iter().map(|r| async move {
-            let mut c = r.client.clone();
-            let req = StopEngineRequest {
-                lease_epoch: r.lease.epoch,
-            };
-            let done = tokio::time::timeout(Duration::from_secs(60), c.stop_engine(req)).await;
-            if !matches!(done, Ok(Ok(_))) {
-                tracing::warn!(rank = r.rank, host = %r.host, "could not confirm the rank's engine stopped");
-            }
-        });
-        futures::future::join_all(stops).await;
     }
 }
