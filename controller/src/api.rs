@@ -436,10 +436,24 @@ impl controller_server::Controller for ControllerService {
                 r.alpha
             )));
         }
+        if let Some(id) = r.history_job_ids.iter().find(|h| r.job_ids.contains(h)) {
+            return Err(Status::invalid_argument(format!(
+                "history_job_ids: job {id} is compared; a job is not its own history"
+            )));
+        }
         let results = self.results(&r.job_ids, false).await?;
-        Ok(Response::new(fleetbench_verdicts::compare::compare_at(
-            &results, r.alpha,
-        )))
+        let mut history = Vec::with_capacity(r.history_job_ids.len());
+        for id in &r.history_job_ids {
+            let past = self.results(std::slice::from_ref(id), false).await;
+            history.push(
+                past.map_err(|e| {
+                    Status::new(e.code(), format!("history_job_ids: {}", e.message()))
+                })?,
+            );
+        }
+        Ok(Response::new(
+            fleetbench_verdicts::compare::compare_with_history(&results, &history, r.alpha),
+        ))
     }
 
     async fn record_suite_run(

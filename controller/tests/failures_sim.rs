@@ -94,6 +94,7 @@ async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress
         .compare(CompareRequest {
             job_ids: vec![id],
             alpha: 0.0,
+            history_job_ids: Vec::new(),
         })
         .await
         .unwrap()

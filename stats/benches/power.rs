@@ -8,13 +8,16 @@
 //! - compare: the chance that a true 10% throughput difference at one level of a job is called
 //!   significant, today's test (Welch per level, Holm) against the design-aware moderated test,
 //!   at 2, 3 and 5 repeats, in three settings of the "5% spread" a report shows; beside it the
-//!   ceiling no calibrated two-sided test can pass (a z-test with the variance known);
+//!   ceiling no calibrated two-sided test can pass (a z-test with the variance known); and
+//!   the moderated test with 3 earlier jobs of the same setting lending their spread
+//!   (`compare --history`), drawn from a generator of their own so the other figures stay;
 //! - the detectable effect each verdict prints, against the power it really has;
 //! - regress: a 10% slowdown against a 5% tolerance, and a 4% slowdown under it;
 //! - tune: the confirmation round's false-winner rate and power.
 
+use fleetbench_stats::contrast::Contrast;
 use fleetbench_stats::contrast::Design;
-use fleetbench_stats::decide::{LevelTest, compare_family, confirm};
+use fleetbench_stats::decide::{LevelTest, compare_family, compare_family_with_history, confirm};
 use fleetbench_stats::dist::normal_cdf;
 use fleetbench_stats::multiple::holm;
 use fleetbench_stats::two_sample::{Sample, welch};
@@ -84,6 +87,22 @@ fn new_calls_level_0(data: &[Vec<(f64, f64)>]) -> (bool, Option<f64>) {
     (c[0].significant, mde)
 }
 
+/// The moderated test with the contrasts of 3 earlier jobs of the same setting as its prior:
+/// whether level 0 is called.
+fn history_calls_level_0(
+    history: &mut StdRng,
+    s: &Setting,
+    n: usize,
+    data: &[Vec<(f64, f64)>],
+) -> bool {
+    let past: Vec<Contrast> = (0..3)
+        .flat_map(|_| job(history, s, n, 1.0))
+        .filter_map(|pairs| Design::Paired(&pairs).contrast())
+        .collect();
+    let designs: Vec<Design<'_>> = data.iter().map(|d| Design::Paired(d)).collect();
+    compare_family_with_history(&designs, ALPHA, &past)[0].significant
+}
+
 fn rate(hits: usize, trials: usize) -> f64 {
     hits as f64 / trials as f64
 }
@@ -126,16 +145,18 @@ fn compare_power(rng: &mut StdRng) {
             run: 0.03,
         },
     ];
+    let mut history = StdRng::seed_from_u64(7);
     for s in &settings {
         println!("  {}:", s.name);
         for n in [2, 3, 5] {
-            let (mut old, mut new) = (0, 0);
+            let (mut old, mut new, mut with) = (0, 0, 0);
             let mut mdes = Vec::new();
             for _ in 0..TRIALS {
                 let data = job(rng, s, n, 1.10);
                 old += usize::from(welch_calls_level_0(&data));
                 let (called, mde) = new_calls_level_0(&data);
                 new += usize::from(called);
+                with += usize::from(history_calls_level_0(&mut history, s, n, &data));
                 if mdes.len() < 400 {
                     mdes.extend(mde);
                 }
@@ -150,9 +171,10 @@ fn compare_power(rng: &mut StdRng) {
                 rate(hits, TRIALS / 4)
             });
             println!(
-                "    n={n}: Welch {:.3}  paired+moderated {:.3}  ceiling {:.3}{}",
+                "    n={n}: Welch {:.3}  paired+moderated {:.3}  with 3 earlier jobs {:.3}  ceiling {:.3}{}",
                 rate(old, TRIALS),
                 rate(new, TRIALS),
+                rate(with, TRIALS),
                 ceiling(s, n, 1.10),
                 match (median_mde, kept) {
                     (Some(m), Some(k)) => format!(

@@ -11,6 +11,13 @@
 //! is then estimated small).
 //!
 //! With fewer than [`MIN_FEATURES`] features no prior is fitted: nothing to borrow from.
+//!
+//! Earlier jobs (`compare --history`) measured the same comparison: the prior is fitted to
+//! their contrasts' variances (`crate::decide::compare_family_with_history`), which makes it
+//! independent of the variances it moderates and lets a job of one or two levels borrow at
+//! all. They are used only when this job's spread is not significantly larger than theirs
+//! ([`history_agrees`]): a history quieter than the job would shrink its variances below the
+//! truth and make its tests anti-conservative, while a noisier history only costs power.
 
 use serde::Serialize;
 
@@ -25,6 +32,39 @@ pub const HETEROGENEITY_MARGIN: f64 = 0.75;
 
 /// The fewest features (variances) a prior is fitted to.
 pub const MIN_FEATURES: usize = 3;
+
+/// The one-sided level of the F-test that keeps a history out of the prior when the job's own
+/// pooled variance is larger than the history's ([`history_agrees`]). Measured in the
+/// calibration suite (`stats/tests/calibration/history.rs`): with 3 earlier jobs 0.7× as
+/// noisy as the job, an 8-level A/A job at 3 repeats makes 6.5% false calls with no gate, 3.6%
+/// at 0.05 and 3.1% at 0.10. A one-level job's own variance has 1-2 degrees of freedom, too
+/// few for the gate to see much: there a quieter history costs the error rates
+/// docs/tuning.md states (5.8-6.2% at 0.7×, 7.8-8.0% at 0.5×).
+pub const HISTORY_GATE: f64 = 0.10;
+
+/// Whether a history's variances may join this job's prior: `own` and `past` are pooled
+/// variances with their degrees of freedom, (variance, df). False when the job's is larger at
+/// the one-sided level [`HISTORY_GATE`] (F-test), or when either has no degrees of freedom.
+pub fn history_agrees(own: (f64, f64), past: (f64, f64)) -> bool {
+    let ((v1, d1), (v2, d2)) = (own, past);
+    if !(d1 > 0.0 && d2 > 0.0 && v1.is_finite() && v2.is_finite() && v1 >= 0.0) || v2 <= 0.0 {
+        return false;
+    }
+    let f = v1 / v2;
+    // P(F(d1, d2) > f) = I_{d2 / (d2 + d1 f)}(d2/2, d1/2).
+    let p = crate::dist::inc_beta(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * f));
+    p > HISTORY_GATE
+}
+
+/// The pooled variance and degrees of freedom of (variance, df) pairs; None without degrees of
+/// freedom.
+pub fn pooled(vars: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let used = vars
+        .iter()
+        .filter(|(v, d)| v.is_finite() && *v >= 0.0 && d.is_finite() && *d > 0.0);
+    let (sum, df) = used.fold((0.0, 0.0), |(s, n), (v, d)| (s + v * d, n + d));
+    (df > 0.0).then(|| (sum / df, df))
+}
 
 /// The prior of the variances: d0 degrees of freedom around s0² (d0 may be infinite: the
 /// variances vary no more than their own sampling explains).
@@ -198,6 +238,19 @@ pub fn trigamma_inverse(y: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_history_is_refused_only_when_the_job_is_significantly_noisier() {
+        // F(2, 2) has P(F > f) = 1 / (1 + f): the gate at 0.10 is at f = 9.
+        assert!(history_agrees((8.0, 2.0), (1.0, 2.0)));
+        assert!(!history_agrees((10.0, 2.0), (1.0, 2.0)));
+        // A noisier history always agrees; no degrees of freedom never does.
+        assert!(history_agrees((1.0, 2.0), (50.0, 2.0)));
+        assert!(!history_agrees((1.0, 0.0), (1.0, 2.0)));
+        assert!(!history_agrees((1.0, 2.0), (0.0, 2.0)));
+        assert_eq!(pooled(&[(1.0, 1.0), (4.0, 3.0)]), Some((3.25, 4.0)));
+        assert_eq!(pooled(&[(1.0, 0.0)]), None);
+    }
 
     #[test]
     fn special_functions_match_known_values() {

@@ -28,8 +28,8 @@ use fleetbench_proto::controllerpb::{
     CompareGroup, CompareResponse, ConfigLevelStats, GetResultsResponse, StoredLevel,
 };
 
-use fleetbench_stats::contrast::Design;
-use fleetbench_stats::decide::{LevelTest, compare_family};
+use fleetbench_stats::contrast::{Contrast, Design};
+use fleetbench_stats::decide::{LevelTest, compare_family_with_history};
 
 use design::{Plan, Point, Side};
 use fleetbench_spec::{Order, level_label};
@@ -114,11 +114,92 @@ fn job_rules(results: &GetResultsResponse) -> (HashMap<String, JobRules>, Vec<St
 
 /// Compares every config of the jobs in `results` at significance level `alpha` (0 < alpha < 1).
 pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
+    compare_with_history(results, &[], alpha)
+}
+
+/// [`compare_at`] with earlier jobs' results as `history`: each earlier job is planned as it
+/// would be compared (its own design, its own winner and runner-up per level), and its
+/// contrasts lend their spread to the moderated prior
+/// (`fleetbench_stats::decide::compare_family_with_history`) unless this job is significantly
+/// noisier. The history is never tested or shown as a group; the notes say what it lent.
+pub fn compare_with_history(
+    results: &GetResultsResponse,
+    history: &[GetResultsResponse],
+    alpha: f64,
+) -> CompareResponse {
     let alpha = if alpha > 0.0 && alpha < 1.0 {
         alpha
     } else {
         fleetbench_stats::DEFAULT_ALPHA
     };
+    let (mut out, plans, levels) = plan_groups(results);
+    out.alpha = alpha;
+    let past: Vec<Contrast> = history
+        .iter()
+        .flat_map(|h| {
+            let (_, plans, _) = plan_groups(h);
+            plans
+                .iter()
+                .flatten()
+                .filter_map(|p| p.design()?.contrast())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    test_groups(&mut out, &plans, &past, alpha);
+    if !history.is_empty() {
+        let own: Vec<Contrast> = plans
+            .iter()
+            .flatten()
+            .filter_map(|p| p.design()?.contrast())
+            .collect();
+        out.notes
+            .push(history_note(&out, history.len(), &own, &past));
+    }
+    out.crossovers = crossovers(&out.groups);
+    out.crashes = crashes(results, &levels, &display_names(results));
+    out
+}
+
+/// What the history lent, in one note.
+fn history_note(out: &CompareResponse, jobs: usize, own: &[Contrast], past: &[Contrast]) -> String {
+    let lent = out
+        .groups
+        .iter()
+        .map(|g| g.history_levels)
+        .max()
+        .unwrap_or(0);
+    let alike = past
+        .iter()
+        .filter(|p| own.iter().any(|o| o.kind == p.kind))
+        .count();
+    if lent > 0 {
+        format!(
+            "history: {lent} tested levels of {jobs} earlier job(s) lent their spread to the \
+             moderated variances"
+        )
+    } else if own.is_empty() {
+        "history: not used: this job has no level to test".to_string()
+    } else if alike == 0 {
+        format!(
+            "history: not used: the {jobs} earlier job(s) have no level tested the way this \
+             job's are ({})",
+            own[0].kind.words()
+        )
+    } else {
+        format!(
+            "history: not used: this job's spread is significantly larger than that of {alike} \
+             tested levels of {jobs} earlier job(s) (one-sided F-test at {:.2}), so borrowing \
+             theirs would understate it",
+            fleetbench_stats::moderated::HISTORY_GATE
+        )
+    }
+}
+
+/// The groups of `results` (every workload × level, each config's figures, the winner and
+/// runner-up) and how each would be tested, with the latest attempt of every level.
+fn plan_groups(
+    results: &GetResultsResponse,
+) -> (CompareResponse, Vec<Option<Plan>>, Vec<&StoredLevel>) {
     let names = display_names(results);
     let levels = latest_attempts(&results.levels);
     let (rules, notes) = job_rules(results);
@@ -139,7 +220,6 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
     }
 
     let mut out = CompareResponse {
-        alpha,
         notes,
         ..Default::default()
     };
@@ -163,10 +243,7 @@ pub fn compare_at(results: &GetResultsResponse, alpha: f64) -> CompareResponse {
                 .to_string(),
         );
     }
-    test_groups(&mut out, &plans, alpha);
-    out.crossovers = crossovers(&out.groups);
-    out.crashes = crashes(results, &levels, &names);
-    out
+    (out, plans, levels)
 }
 
 /// A config's figures at a level, its per-repeat throughputs, and why it may not win (None:
@@ -191,14 +268,19 @@ impl Scored {
 
 /// Runs the family of tests (winner against runner-up wherever one is possible) and writes
 /// each group's verdict: one statement, whose interval, test and winner agree.
-fn test_groups(out: &mut CompareResponse, plans: &[Option<Plan>], alpha: f64) {
+fn test_groups(
+    out: &mut CompareResponse,
+    plans: &[Option<Plan>],
+    history: &[Contrast],
+    alpha: f64,
+) {
     let tested: Vec<(usize, Design<'_>)> = plans
         .iter()
         .enumerate()
         .filter_map(|(i, p)| Some((i, p.as_ref()?.design()?)))
         .collect();
     let designs: Vec<Design<'_>> = tested.iter().map(|(_, d)| *d).collect();
-    let calls = compare_family(&designs, alpha);
+    let calls = compare_family_with_history(&designs, alpha, history);
     out.tests = calls
         .iter()
         .filter(|c| matches!(c.test, LevelTest::Tested(_)))
@@ -230,6 +312,7 @@ fn test_groups(out: &mut CompareResponse, plans: &[Option<Plan>], alpha: f64) {
                 g.test = t.contrast.kind.words().to_string();
                 g.df = t.df;
                 g.moderated = t.prior_d0.is_some();
+                g.history_levels = t.prior_history as u32;
                 g.interval_confidence = t.confidence;
                 let ci = format!(
                     "{:+.1}% [{:+.1}% .. {:+.1}%]{through}",
@@ -239,7 +322,12 @@ fn test_groups(out: &mut CompareResponse, plans: &[Option<Plan>], alpha: f64) {
                     "{}, {:.1} df{}; interval at {:.2}%, Holm's level for this test",
                     g.test,
                     t.df,
-                    if g.moderated {
+                    if g.moderated && t.prior_history > 0 {
+                        format!(
+                            ", variance moderated over {} levels ({} of earlier jobs)",
+                            t.prior_features, t.prior_history
+                        )
+                    } else if g.moderated {
                         format!(", variance moderated over {} levels", t.prior_features)
                     } else {
                         String::new()

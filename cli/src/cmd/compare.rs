@@ -4,6 +4,8 @@
 //! classification.
 
 use std::path::PathBuf;
+
+use anyhow::Context;
 use std::process::ExitCode;
 
 use super::jobs::ControllerArgs;
@@ -23,10 +25,16 @@ pub struct Args {
     /// Print the comparison as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Significance level of the tests (Welch's t on log throughput, two-sided, Holm over the
-    /// levels and workloads compared).
+    /// Significance level of the tests (two-sided t on log throughput as the job's design
+    /// allows, variances moderated over the levels, Holm over the levels and workloads
+    /// compared; docs/tuning.md).
     #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
     pub alpha: f64,
+    /// An earlier job of the same comparison (id, prefix or name; repeatable): its levels'
+    /// spread joins the moderated variances unless this job is significantly noisier. It is
+    /// never compared itself.
+    #[arg(long = "history", value_name = "JOB")]
+    pub history: Vec<String>,
 }
 
 fn parse_alpha(s: &str) -> Result<f64, String> {
@@ -45,8 +53,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     for j in &args.jobs {
         ids.push(source.resolve_job(j).await?);
     }
+    let mut history = Vec::new();
+    for j in &args.history {
+        let id = source
+            .resolve_job(j)
+            .await
+            .with_context(|| format!("--history {j}"))?;
+        if ids.contains(&id) {
+            anyhow::bail!("--history {j}: job {id} is compared; a job is not its own history");
+        }
+        history.push(id);
+    }
     let results = source.results(&ids, false).await?;
-    let compare = source.compare(&ids, &results, args.alpha).await?;
+    let compare = source.compare(&ids, &results, &history, args.alpha).await?;
     source.close().await;
     if args.json {
         println!(

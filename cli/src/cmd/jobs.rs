@@ -303,7 +303,7 @@ async fn show_job(args: &Args, given: &str) -> anyhow::Result<ExitCode> {
     let id = source.resolve_job(given).await?;
     let ids = [id];
     let results = source.results(&ids, false).await?;
-    let compare = source.compare(&ids, &results, 0.0).await?;
+    let compare = source.compare(&ids, &results, &[], 0.0).await?;
     source.close().await;
     if args.json {
         let doc = crate::report::results_json(&results, &compare);

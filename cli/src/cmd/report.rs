@@ -130,12 +130,14 @@ impl Source {
         }
     }
 
-    /// The comparison of the jobs at significance level `alpha` (0: the default): the
-    /// controller's, or computed here from the store.
+    /// The comparison of the jobs at significance level `alpha` (0: the default), with the
+    /// earlier jobs `history` lending their spread (`compare --history`): the controller's,
+    /// or computed here from the store.
     pub async fn compare(
         &mut self,
         job_ids: &[String],
         results: &GetResultsResponse,
+        history: &[String],
         alpha: f64,
     ) -> anyhow::Result<CompareResponse> {
         match self {
@@ -143,11 +145,20 @@ impl Source {
                 .compare(CompareRequest {
                     job_ids: job_ids.to_vec(),
                     alpha,
+                    history_job_ids: history.to_vec(),
                 })
                 .await
                 .context("Compare")?
                 .into_inner()),
-            Source::Local(_) => Ok(fleetbench_verdicts::compare::compare_at(results, alpha)),
+            Source::Local(_) => {
+                let mut past = Vec::with_capacity(history.len());
+                for id in history {
+                    past.push(self.results(std::slice::from_ref(id), false).await?);
+                }
+                Ok(fleetbench_verdicts::compare::compare_with_history(
+                    results, &past, alpha,
+                ))
+            }
         }
     }
 
@@ -191,7 +202,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ids.push(source.resolve_job(j).await?);
     }
     let results = source.results(&ids, true).await?;
-    let compare = source.compare(&ids, &results, 0.0).await?;
+    let compare = source.compare(&ids, &results, &[], 0.0).await?;
     source.close().await;
     let dir = args
         .output

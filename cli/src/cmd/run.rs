@@ -196,6 +196,7 @@ async fn finish(client: &mut Client, job: &Job, dir: &Path) -> anyhow::Result<()
         .compare(CompareRequest {
             job_ids: vec![job.id.clone()],
             alpha: 0.0,
+            history_job_ids: Vec::new(),
         })
         .await
         .context("Compare")?

@@ -6,8 +6,8 @@ use fleetbench_proto::agentpb::{
     Crash, CrashClass, Distribution, EngineSpec, LevelOutcome, LevelResult, LoadLevel,
 };
 use fleetbench_proto::controllerpb::{
-    CompareResponse, ConfigInfo, GetResultsResponse, Job, JobState, Run, RunState, StoredLevel,
-    TelemetryPoint,
+    CompareGroup, CompareResponse, ConfigInfo, ConfigLevelStats, GetResultsResponse, Job, JobState,
+    Run, RunState, StoredLevel, TelemetryPoint,
 };
 use serde_json::{Value, json};
 
@@ -142,38 +142,7 @@ fn telemetry(t: &TelemetryPoint) -> Value {
 /// The comparison as JSON (`fleetbench compare --json`, and inside results.json).
 pub fn compare_json(c: &CompareResponse) -> Value {
     json!({
-        "groups": c.groups.iter().map(|g| json!({
-            "workload": g.workload, "level": g.level.as_ref().map(load_level),
-            "level_label": g.level_label,
-            "winner": g.winner_config, "runner_up": g.runner_up_config,
-            "margin_pct": g.margin_pct, "margin_significant": g.margin_significant,
-            "tested": g.tested,
-            "p_value": g.tested.then_some(g.p_value),
-            "p_adjusted": g.tested.then_some(g.p_adjusted),
-            "effect_pct": g.tested.then_some(g.effect_pct),
-            "effect_ci_pct": g.tested.then_some([g.effect_low_pct, g.effect_high_pct]),
-            "effect_ci_confidence": g.tested.then_some(g.interval_confidence),
-            "test": g.tested.then_some(&g.test),
-            "df": g.tested.then_some(g.df),
-            "moderated": g.tested.then_some(g.moderated),
-            "mde_pct": g.mde_pct,
-            "verdict": g.verdict,
-            "configs": g.configs.iter().map(|s| json!({
-                "config_id": s.config_id, "config_name": s.config_name, "job_id": s.job_id,
-                "repeats": s.repeats,
-                "output_tokens_per_s": s.output_tokens_per_s,
-                "output_tokens_per_s_spread": s.output_tokens_per_s_spread,
-                "requests_per_s": s.requests_per_s,
-                "ttft_p50_ms": s.ttft_p50_ms, "ttft_p99_ms": s.ttft_p99_ms,
-                "itl_p50_ms": s.itl_p50_ms, "itl_p99_ms": s.itl_p99_ms,
-                "e2e_p50_ms": s.e2e_p50_ms, "e2e_p99_ms": s.e2e_p99_ms,
-                "errors": s.errors, "crashed": s.crashed,
-                "crash_class": s.crashed.then(|| CrashClass::word_of(s.crash_class)),
-                "gpu_power_w": s.gpu_power_w,
-                "error_rate": s.error_rate,
-                "excluded_reason": (!s.excluded_reason.is_empty()).then_some(&s.excluded_reason),
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
+        "groups": c.groups.iter().map(group_json).collect::<Vec<_>>(),
         "alpha": c.alpha, "tests": c.tests, "notes": c.notes,
         "crossovers": c.crossovers.iter().map(|x| json!({
             "workload": x.workload, "from_level": x.from_level, "to_level": x.to_level,
@@ -184,5 +153,47 @@ pub fn compare_json(c: &CompareResponse) -> Value {
             "level_label": k.level_label, "run_id": k.run_id,
             "crash": k.crash.as_ref().map(crash),
         })).collect::<Vec<_>>(),
+    })
+}
+
+/// One level of one workload in the comparison.
+fn group_json(g: &CompareGroup) -> Value {
+    json!({
+        "workload": g.workload, "level": g.level.as_ref().map(load_level),
+        "level_label": g.level_label,
+        "winner": g.winner_config, "runner_up": g.runner_up_config,
+        "margin_pct": g.margin_pct, "margin_significant": g.margin_significant,
+        "tested": g.tested,
+        "p_value": g.tested.then_some(g.p_value),
+        "p_adjusted": g.tested.then_some(g.p_adjusted),
+        "effect_pct": g.tested.then_some(g.effect_pct),
+        "effect_ci_pct": g.tested.then_some([g.effect_low_pct, g.effect_high_pct]),
+        "effect_ci_confidence": g.tested.then_some(g.interval_confidence),
+        "test": g.tested.then_some(&g.test),
+        "df": g.tested.then_some(g.df),
+        "moderated": g.tested.then_some(g.moderated),
+        "history_levels": g.tested.then_some(g.history_levels),
+        "mde_pct": g.mde_pct,
+        "verdict": g.verdict,
+        "configs": g.configs.iter().map(config_level_json).collect::<Vec<_>>(),
+    })
+}
+
+/// One config's figures at a level.
+fn config_level_json(s: &ConfigLevelStats) -> Value {
+    json!({
+        "config_id": s.config_id, "config_name": s.config_name, "job_id": s.job_id,
+        "repeats": s.repeats,
+        "output_tokens_per_s": s.output_tokens_per_s,
+        "output_tokens_per_s_spread": s.output_tokens_per_s_spread,
+        "requests_per_s": s.requests_per_s,
+        "ttft_p50_ms": s.ttft_p50_ms, "ttft_p99_ms": s.ttft_p99_ms,
+        "itl_p50_ms": s.itl_p50_ms, "itl_p99_ms": s.itl_p99_ms,
+        "e2e_p50_ms": s.e2e_p50_ms, "e2e_p99_ms": s.e2e_p99_ms,
+        "errors": s.errors, "crashed": s.crashed,
+        "crash_class": s.crashed.then(|| CrashClass::word_of(s.crash_class)),
+        "gpu_power_w": s.gpu_power_w,
+        "error_rate": s.error_rate,
+        "excluded_reason": (!s.excluded_reason.is_empty()).then_some(&s.excluded_reason),
     })
 }

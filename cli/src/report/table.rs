@@ -234,7 +234,11 @@ fn tests_lines(out: &mut String, groups: &[&CompareGroup]) {
                 fmt_p(g.p_value),
                 fmt_p(g.p_adjusted),
                 g.test,
-                if g.moderated { ", moderated" } else { "" },
+                match (g.moderated, g.history_levels) {
+                    (true, 0) => ", moderated".to_string(),
+                    (true, h) => format!(", moderated with {h} earlier levels"),
+                    (false, _) => String::new(),
+                },
                 g.df,
             ));
         } else if !g.verdict.is_empty() {

@@ -100,10 +100,14 @@ pub async fn check_aa(c: &mut Client, job_id: &str) {
         let mut c = c.clone();
         let job_ids = vec![job_id.to_string()];
         async move {
-            c.compare(CompareRequest { job_ids, alpha })
-                .await
-                .unwrap()
-                .into_inner()
+            c.compare(CompareRequest {
+                job_ids,
+                alpha,
+                history_job_ids: Vec::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
         }
     };
     let default = compare(0.0).await;
@@ -151,6 +155,7 @@ pub async fn check_levels_and_verdicts(
         .compare(CompareRequest {
             job_ids: vec![job_id.to_string()],
             alpha: 0.0,
+            history_job_ids: Vec::new(),
         })
         .await
         .unwrap()

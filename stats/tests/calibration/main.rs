@@ -5,11 +5,14 @@
 //!
 //! - `compare`: A/A jobs with host (block) effects, unequal spreads across levels and heavy
 //!   tails at 2, 3 and 5 repeats; two jobs with a job effect compared through a shared config.
+//! - `history`: A/A jobs and power with earlier jobs lending their spread (`compare
+//!   --history`), like the job and quieter than it.
 //! - `regress`: suites with no true change at every history length, and a true slowdown just
 //!   inside the tolerance.
 //! - `changepoints`: the life of a history re-analysed at every run.
 
 mod changepoints;
 mod compare;
+mod history;
 mod regress;
 mod synth;

@@ -430,3 +430,98 @@ fn one_repeat_says_that_no_spread_was_measured() {
     // No significant winner anywhere: only the level b crashed at is decisive.
     assert!(cmp.crossovers.is_empty(), "{:?}", cmp.crossovers);
 }
+
+/// Configs a and b at c=1 and c=64, two repeats each: b's values are 100 × (1 ∓ noise) and
+/// a's `lead` times b's base × (1 ± noise), so every level has the same spread.
+fn two_repeats(job: &str, lead: f64, noise: f64) -> GetResultsResponse {
+    let mut levels = Vec::new();
+    for repeat in 0..2u32 {
+        let sign = if repeat == 0 { 1.0 } else { -1.0 };
+        for concurrency in [1, 64] {
+            for (config, base, s) in [("a", 100.0 * lead, sign), ("b", 100.0, -sign)] {
+                let at = At {
+                    job,
+                    config,
+                    repeat,
+                    attempt: 0,
+                    concurrency,
+                };
+                levels.push(stored(at, base * (1.0 + s * noise), LevelOutcome::Ok));
+            }
+        }
+    }
+    GetResultsResponse {
+        configs: configs(job),
+        levels,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn earlier_jobs_lend_their_spread_only_when_it_agrees_with_the_jobs_own() {
+    // a leads by 5% at 1% noise: two repeats give each level 2 degrees of freedom of its
+    // own, and two levels are too few for a prior: alone, nothing is significant.
+    let now = two_repeats("now", 1.05, 0.01);
+    let alone = compare(&now);
+    assert!(
+        alone
+            .groups
+            .iter()
+            .all(|g| g.tested && !g.margin_significant),
+        "{:?}",
+        alone.groups.iter().map(|g| &g.verdict).collect::<Vec<_>>()
+    );
+    assert!(!alone.notes.iter().any(|n| n.starts_with("history")));
+
+    // Three earlier jobs with the same spread (and no lead): their six levels are the prior.
+    let like: Vec<GetResultsResponse> = ["w1", "w2", "w3"]
+        .iter()
+        .map(|j| two_repeats(j, 1.0, 0.01))
+        .collect();
+    let with = compare_with_history(&now, &like, 0.05);
+    for g in &with.groups {
+        assert!(
+            g.margin_significant && g.winner_config == "a",
+            "{}",
+            g.verdict
+        );
+        assert_eq!(g.history_levels, 6);
+        assert!(
+            g.df > alone.groups[0].df,
+            "{} against {}",
+            g.df,
+            alone.groups[0].df
+        );
+        // One statement: the interval excludes zero with the significant call.
+        assert!(g.effect_low_pct > 0.0, "{}", g.verdict);
+        assert!(g.verdict.contains("(6 of earlier jobs)"), "{}", g.verdict);
+    }
+    assert!(
+        with.notes
+            .iter()
+            .any(|n| n.starts_with("history: 6 tested levels of 3 earlier job(s) lent")),
+        "{:?}",
+        with.notes
+    );
+    // Only the job's own groups are shown and counted.
+    assert_eq!((with.groups.len(), with.tests), (2, 2));
+
+    // A history ten times quieter would understate this job's spread: refused, said, and the
+    // verdicts are the job's own.
+    let quiet: Vec<GetResultsResponse> = ["q1", "q2", "q3"]
+        .iter()
+        .map(|j| two_repeats(j, 1.0, 0.001))
+        .collect();
+    let refused = compare_with_history(&now, &quiet, 0.05);
+    assert!(
+        refused
+            .notes
+            .iter()
+            .any(|n| n.starts_with("history: not used: this job's spread is significantly larger")),
+        "{:?}",
+        refused.notes
+    );
+    for (r, a) in refused.groups.iter().zip(&alone.groups) {
+        assert_eq!((r.history_levels, &r.verdict), (0, &a.verdict));
+    }
+}
