@@ -1,4 +1,4 @@
-//! Regression detection, measured: runs the detection suite (`tests/regress_common`) against
+//! Regression detection, measured: runs the detection suite (`tests/sim_fleet`) against
 //! a tagged baseline N times with no change and N times with a 10% slower build (sim
 //! `--slowdown 1.10`), each run with its own jitter seed, and prints the pass and fail rates.
 //!
@@ -7,8 +7,7 @@
 //! ```
 //! (build the workspace binaries first: it starts `fleetbench-agent` processes.)
 
-#[path = "../tests/regress_common/mod.rs"]
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use std::time::Instant;
 
@@ -24,11 +23,11 @@ async fn main() {
     let n: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(20);
     let agents: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
     let dir = tempfile::tempdir().expect("temp dir");
-    let fleet = regress_common::Fleet::start(dir.path(), agents).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), agents).await;
     let mut client = fleet.client().await;
     let mut history = StoreHistory::new(&fleet.controller.store, Some(&fleet.controller.metrics));
     let started = Instant::now();
-    let base = regress_common::detection_suite(1, 1.0, 5, false, 0.05);
+    let base = sim_fleet::detection_suite(1, 1.0, 5, false, 0.05);
     let first = regress::run_suite(&mut client, &mut history, "detect.toml", &base, "base")
         .await
         .expect("baseline run");
@@ -41,7 +40,7 @@ async fn main() {
     for i in 0..n {
         for (slowdown, label) in [(1.0, "no change"), (1.10, "10% slower")] {
             let seed = 100 + u64::from(i) * 2 + u64::from(slowdown > 1.0);
-            let text = regress_common::detection_suite(seed, slowdown, 5, true, 0.05);
+            let text = sim_fleet::detection_suite(seed, slowdown, 5, true, 0.05);
             let o = regress::run_suite(&mut client, &mut history, "detect.toml", &text, "")
                 .await
                 .expect("suite run");

@@ -11,8 +11,7 @@
 //! ```
 //! (build the workspace binaries first: it starts `fleetbench-agent` processes.)
 
-#[path = "../tests/regress_common/mod.rs"]
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use fleetbench_rounds::tuning::{self, render, saturation, search};
 
@@ -30,12 +29,12 @@ async fn main() {
     let what = args.first().map_or("all", String::as_str).to_string();
     let agents: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
     let dir = tempfile::tempdir().expect("temp dir");
-    let fleet = regress_common::Fleet::start(dir.path(), agents).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), agents).await;
     let mut client = fleet.client().await;
     if what == "all" || what == "search" {
         let text = example("tune-sim.toml");
         let (spec, space) = tuning::parse("tune-sim.toml", &text).unwrap();
-        let (model_best, model_tok_s) = regress_common::model_best(&spec, &space, 128, 64);
+        let (model_best, model_tok_s) = sim_fleet::model_best(&spec, &space, 128, 64);
         let sh = search::run_search(&mut client, "tune-sim.toml", &text, |l| println!("{l}"))
             .await
             .expect("successive halving");
@@ -84,7 +83,7 @@ async fn main() {
         };
         println!("\n== saturation, resolution {}", o.bounds.resolution);
         for c in tuning::space::candidates(&spec, &space) {
-            let p = regress_common::model_params(&spec, &c).expect("starts");
+            let p = sim_fleet::model_params(&spec, &c).expect("starts");
             let knee = fleetbench_sim::model::knee(&p, 128, 64, slo);
             let r = o.results.iter().find(|r| r.config == c.name).unwrap();
             println!(

@@ -18,7 +18,7 @@
 //! the machine saturated (load 7+, repeats 5-20% apart) three repeats cannot show 10%, and the
 //! A/B half fails: the verdict is then right and the machine is too noisy for this test.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use fleetbench_proto::controllerpb::{CompareRequest, CompareResponse, JobKind, JobState};
 use fleetbench_rounds::Fleet as _;
@@ -105,7 +105,7 @@ async fn run_and_compare(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aa_calls_nothing_and_a_ten_percent_slower_build_is_called_at_every_level() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 2).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 2).await;
     let mut client = fleet.client().await;
     // "--dp-size" is accepted as SGLang accepts it; the simulator's model ignores it.
     let mut aa = run_and_compare(&mut client, "aa", r#"{ "--dp-size" = 1 }"#).await;

@@ -4,7 +4,7 @@
 //! loses the comparison (its error rate is above the SLO's `max_error_rate`, default 1%) and
 //! fails a regression suite's `error_rate` check while its throughput holds.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use fleetbench_controller::regress::StoreHistory;
 use fleetbench_proto::controllerpb::{CompareRequest, JobKind, JobState};
@@ -80,7 +80,7 @@ metrics = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_failing_a_fifth_of_its_requests_loses_compare_and_fails_regress() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 2).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 2).await;
     let mut client = fleet.client().await;
 
     // compare: B may be as fast as A on what it completes, but it cannot win a level.
@@ -192,7 +192,7 @@ strategy = "grid"
 "#
     );
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 2).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 2).await;
     let mut client = fleet.client().await;
     let out = tuning::search::run_search(&mut client, "tune.toml", &spec, |_| {})
         .await

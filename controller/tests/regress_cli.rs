@@ -1,7 +1,7 @@
 //! `fleetbench regress` and `fleetbench tune` as a user runs them (the binary, its embedded
 //! controller and local agents): exit codes, verdict lines, JUnit file, located errors.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use std::path::Path;
 use std::process::Output;
@@ -23,17 +23,17 @@ fn regress_exits_by_verdict_and_writes_junit() {
     let d = dir.path();
     std::fs::write(
         d.join("base.toml"),
-        regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE),
+        sim_fleet::detection_suite(1, 1.0, 2, false, sim_fleet::TEST_TOLERANCE),
     )
     .unwrap();
     std::fs::write(
         d.join("slow.toml"),
-        regress_common::detection_suite(
+        sim_fleet::detection_suite(
             2,
-            regress_common::TEST_SLOWDOWN,
+            sim_fleet::TEST_SLOWDOWN,
             2,
             true,
-            regress_common::TEST_TOLERANCE,
+            sim_fleet::TEST_TOLERANCE,
         ),
     )
     .unwrap();
@@ -71,7 +71,7 @@ fn regress_exits_by_verdict_and_writes_junit() {
 
     std::fs::write(
         d.join("bad.toml"),
-        regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE)
+        sim_fleet::detection_suite(1, 1.0, 2, false, sim_fleet::TEST_TOLERANCE)
             .replace("tolerance = 0.1", "tolerance = 5"),
     )
     .unwrap();

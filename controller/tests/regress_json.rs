@@ -2,7 +2,7 @@
 //! when the suite could not run, here no controller at the given address, never 1 for that),
 //! and `fleetbench tune --json` on a small grid.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use std::path::Path;
 use std::process::Output;
@@ -24,7 +24,7 @@ fn regress_json_prints_the_verdicts_and_a_suite_that_cannot_run_exits_2() {
     let d = dir.path();
     std::fs::write(
         d.join("base.toml"),
-        regress_common::detection_suite(1, 1.0, 1, false, regress_common::TEST_TOLERANCE),
+        sim_fleet::detection_suite(1, 1.0, 1, false, sim_fleet::TEST_TOLERANCE),
     )
     .unwrap();
 

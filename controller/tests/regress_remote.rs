@@ -3,7 +3,7 @@
 //! on the controller, and `last-passing` finds the last run that passed there, skipping a
 //! failed one. The controller runs in this test process so its store and metrics can be read.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -52,15 +52,15 @@ fn baseline_of(out: &str) -> String {
 async fn a_remote_controller_keeps_the_history_and_last_passing_skips_a_failed_run() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let fleet = regress_common::Fleet::start(&d.join("fleet"), 2).await;
+    let fleet = sim_fleet::Fleet::start(&d.join("fleet"), 2).await;
     let url = fleet.controller.url();
-    let tol = regress_common::TEST_TOLERANCE;
+    let tol = sim_fleet::TEST_TOLERANCE;
     let write = |name: &str, seed, slowdown| {
-        let suite = regress_common::detection_suite(seed, slowdown, 3, false, tol);
+        let suite = sim_fleet::detection_suite(seed, slowdown, 3, false, tol);
         std::fs::write(d.join(name), suite).unwrap();
     };
     write("first.toml", 1, 1.0);
-    write("slow.toml", 2, regress_common::TEST_SLOWDOWN);
+    write("slow.toml", 2, sim_fleet::TEST_SLOWDOWN);
     write("again.toml", 3, 1.0);
 
     // First run: nothing to compare with; it passes and the controller keeps it.

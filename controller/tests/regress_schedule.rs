@@ -1,7 +1,7 @@
 //! Scheduled suites: the controller's config names suites with cron expressions (checked at
 //! load), and the controller runs them on schedule, keeping the history and exporting verdicts.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use std::time::{Duration, Instant};
 
@@ -42,11 +42,11 @@ fn bad_cron_and_bad_suites_are_refused_at_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_runs_a_scheduled_suite_and_keeps_its_history() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = regress_common::spawn_agent(dir.path(), "host-0");
+    let agent = sim_fleet::spawn_agent(dir.path(), "host-0");
     let suite = dir.path().join("suite.toml");
     std::fs::write(
         &suite,
-        regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE),
+        sim_fleet::detection_suite(1, 1.0, 2, false, sim_fleet::TEST_TOLERANCE),
     )
     .unwrap();
     let text = format!(

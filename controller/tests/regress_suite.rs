@@ -3,7 +3,7 @@
 //! (`benches/regress_detection.rs`): no change passes, a 50% slower build fails (10% tolerance), the history
 //! picks the last passing run, JUnit XML and metrics carry the verdicts.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use fleetbench_controller::regress::StoreHistory;
 use fleetbench_proto::controllerpb::{JobState, SubmitJobRequest};
@@ -14,14 +14,14 @@ use fleetbench_spec::suite::job_toml;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passing_run() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 2).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 2).await;
     let mut client = fleet.client().await;
     let mut history = StoreHistory::new(&fleet.controller.store, Some(&fleet.controller.metrics));
     let suite = |seed, slowdown, tagged| {
         // Five repeats: the t interval is honest about the noise of a loaded 2-core machine
         // (repeats 5-10% apart), where three repeats cannot show even a 30% slowdown; the
         // percentile bootstrap this replaced claimed it could, at a quarter of the width.
-        regress_common::detection_suite(seed, slowdown, 5, tagged, regress_common::TEST_TOLERANCE)
+        sim_fleet::detection_suite(seed, slowdown, 5, tagged, sim_fleet::TEST_TOLERANCE)
     };
 
     // First run: nothing to compare with; it passes and becomes the tagged baseline.
@@ -66,7 +66,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
         &mut client,
         &mut history,
         "detect.toml",
-        &suite(3, regress_common::TEST_SLOWDOWN, true),
+        &suite(3, sim_fleet::TEST_SLOWDOWN, true),
         "",
     )
     .await
@@ -86,7 +86,7 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
         );
         let c = v.test.expect("a test with its interval");
         assert!(
-            c.relative.abs() > regress_common::TEST_TOLERANCE && c.low * c.high > 0.0,
+            c.relative.abs() > sim_fleet::TEST_TOLERANCE && c.low * c.high > 0.0,
             "{c:?}"
         );
     }
@@ -131,10 +131,10 @@ async fn a_slower_build_fails_no_change_passes_and_history_keeps_the_last_passin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_tag_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 1).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 1).await;
     let mut client = fleet.client().await;
     let mut history = StoreHistory::new(&fleet.controller.store, None);
-    let text = regress_common::detection_suite(1, 1.0, 1, true, regress_common::TEST_TOLERANCE);
+    let text = sim_fleet::detection_suite(1, 1.0, 1, true, sim_fleet::TEST_TOLERANCE);
     let err = regress::run_suite(&mut client, &mut history, "detect.toml", &text, "")
         .await
         .unwrap_err();
@@ -148,11 +148,11 @@ async fn a_missing_tag_is_refused_before_anything_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tag_missing_from_the_history_is_found_among_the_controllers_jobs() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 1).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 1).await;
     let mut client = fleet.client().await;
     // A run tagged by a client that kept no history (an older fleetbench against a remote
     // controller) is only a job of the suite with the tag.
-    let base = regress_common::detection_suite(1, 1.0, 2, false, regress_common::TEST_TOLERANCE);
+    let base = sim_fleet::detection_suite(1, 1.0, 2, false, sim_fleet::TEST_TOLERANCE);
     let submitted = client
         .submit_job(SubmitJobRequest {
             spec_toml: job_toml(&base).unwrap(),
@@ -167,7 +167,7 @@ async fn a_tag_missing_from_the_history_is_found_among_the_controllers_jobs() {
     let job = client.wait(&submitted.job_id).await.unwrap();
     assert_eq!(job.state, JobState::Succeeded as i32, "{job:?}");
     let mut remote = RemoteHistory::new(client.clone());
-    let tagged = regress_common::detection_suite(2, 1.0, 2, true, regress_common::TEST_TOLERANCE);
+    let tagged = sim_fleet::detection_suite(2, 1.0, 2, true, sim_fleet::TEST_TOLERANCE);
     let second = regress::run_suite(&mut client, &mut remote, "detect.toml", &tagged, "")
         .await
         .unwrap();

@@ -2,7 +2,7 @@
 //! flags, 24+ candidates, a constraint), and the model gives it one clear best config, the
 //! truth the search benchmark and the end-to-end test compare with.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use fleetbench_rounds::tuning;
 use fleetbench_sim::model;
@@ -23,7 +23,7 @@ pub fn model_scores(spec: &JobSpec, search: &SearchSpec) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = tuning::space::candidates(spec, search)
         .iter()
         .map(|c| {
-            let params = regress_common::model_params(spec, c).expect("fits in memory");
+            let params = sim_fleet::model_params(spec, c).expect("fits in memory");
             let p = model::closed_loop(&params, cs[0], 128, 64, 1152);
             (c.describe(), p.output_tokens_per_s)
         })
@@ -68,7 +68,7 @@ fn the_saturation_example_has_knees_inside_its_bracket() {
         ..Default::default()
     };
     for c in tuning::space::candidates(&spec, &search) {
-        let params = regress_common::model_params(&spec, &c).expect("fits in memory");
+        let params = sim_fleet::model_params(&spec, &c).expect("fits in memory");
         let knee = model::knee(&params, 128, 64, slo);
         println!("{}: knee {knee}", c.describe());
         assert!(

@@ -4,7 +4,7 @@
 //! before anything runs, naming the host; and `fleetbench jobs JOB` (table and `--json`) shows
 //! the power kept with each stored level. The measurement itself is proven on a GPU host.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ objective = "output_tokens_per_s_per_watt"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_watt_search_on_a_host_without_gpus_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 1).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 1).await;
     let mut client = fleet.client().await;
     let mut lines = Vec::new();
     let err = tuning::search::run_search(&mut client, "watt.toml", SPEC, |l| lines.push(l))

@@ -2,7 +2,7 @@
 //! and bisection land within one step of the knee the simulator's model implies, in fewer
 //! levels than the fixed list.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use fleetbench_rounds::tuning;
 
@@ -33,7 +33,7 @@ async fn saturation_lands_within_one_step_of_the_models_knee() {
     let (spec, search) = tuning::parse("sat.toml", &text).unwrap();
     let cands = tuning::space::candidates(&spec, &search);
     assert_eq!(cands.len(), 1);
-    let params = regress_common::model_params(&spec, &cands[0]).unwrap();
+    let params = sim_fleet::model_params(&spec, &cands[0]).unwrap();
     let slo = fleetbench_sim::model::Slo {
         e2e_p99_ms: spec.load.slo.e2e_ms,
         ..Default::default()
@@ -42,7 +42,7 @@ async fn saturation_lands_within_one_step_of_the_models_knee() {
     assert_eq!(knee, 40, "the model's knee is the running-requests cap");
 
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 1).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 1).await;
     let client = fleet.client().await;
     let o = tuning::saturation::run_saturation(&client, "sat.toml", &text)
         .await

@@ -3,7 +3,7 @@
 //! halving spends fewer engine-minutes, and candidates that cannot start (out of GPU memory)
 //! are pruned with their classification while the search goes on.
 
-mod regress_common;
+use fleetbench_fleetkit::sim_fleet;
 
 use fleetbench_rounds::tuning::{self, search::Fate};
 
@@ -42,9 +42,9 @@ rungs = 2
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn halving_and_grid_find_the_models_best_and_halving_costs_less() {
     let (spec, space) = tuning::parse("tune.toml", SPEC).unwrap();
-    let (model_best, _) = regress_common::model_best(&spec, &space, 128, 64);
+    let (model_best, _) = sim_fleet::model_best(&spec, &space, 128, 64);
     let dir = tempfile::tempdir().unwrap();
-    let fleet = regress_common::Fleet::start(dir.path(), 3).await;
+    let fleet = sim_fleet::Fleet::start(dir.path(), 3).await;
     let mut client = fleet.client().await;
 
     let sh = tuning::search::run_search(&mut client, "tune.toml", SPEC, |_| {})

@@ -8,8 +8,7 @@
 //! for a PostgreSQL store, an empty database). Goals at 1,000 hosts on a 2-core machine:
 //! controller CPU below half a core, memory below 1 GiB. Every wait is bounded.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use fleetbench_fleetkit::swarm_fleet;
 
 use fleetbench_proto::Word;
 use std::time::{Duration, Instant};
@@ -83,14 +82,14 @@ async fn main() {
         "store: {}",
         store.split_once("://").map(|(s, _)| s).unwrap_or("?")
     );
-    let ctl = common::controller_on(dir.path(), &store, "1s", "telemetry_interval = \"1s\"\n");
+    let ctl = swarm_fleet::controller_on(dir.path(), &store, "1s", "telemetry_interval = \"1s\"\n");
     let pid = ctl.child.id();
     let started = Instant::now();
     // Start-up of 10 s: every trial is placed before a host frees up (one trial per host).
-    let swarm = common::swarm(dir.path(), ctl.addr, agents, "10s");
+    let swarm = swarm_fleet::swarm(dir.path(), ctl.addr, agents, "10s");
     let swarm_pid = swarm.child.id();
-    let mut c = common::client(ctl.addr).await;
-    let took = common::wait_ready(&mut c, agents, Duration::from_secs(300)).await;
+    let mut c = swarm_fleet::client(ctl.addr).await;
+    let took = swarm_fleet::wait_ready(&mut c, agents, Duration::from_secs(300)).await;
     println!(
         "registered and ready: {agents} agents in {:.1} s (since the controller started: {:.1} s)",
         took.as_secs_f64(),
@@ -113,10 +112,10 @@ async fn main() {
         loadavg()
     );
 
-    let spec = common::spread_spec(agents, 1.0);
+    let spec = swarm_fleet::spread_spec(agents, 1.0);
     let (t0, s0, at) = (cpu_ticks(pid), cpu_ticks(swarm_pid), Instant::now());
-    let id = common::submit(&mut c, &spec).await;
-    let job = common::wait_job(
+    let id = swarm_fleet::submit(&mut c, &spec).await;
+    let job = swarm_fleet::wait_job(
         &mut c,
         &id,
         Duration::from_secs(900),
@@ -126,7 +125,7 @@ async fn main() {
     let busy = cores_since(pid, t0, at);
     let swarm_busy = cores_since(swarm_pid, s0, at);
     let wall = at.elapsed().as_secs_f64();
-    let (levels, hosts) = common::levels_and_hosts(&mut c, &id).await;
+    let (levels, hosts) = swarm_fleet::levels_and_hosts(&mut c, &id).await;
     println!(
         "job over the fleet: {} in {wall:.1} s; {} of {} trials, {levels} levels stored (each once) on {hosts} hosts; \
          controller CPU {:.3} cores (mean over the job), RSS {:.1} MiB, peak {:.1} MiB; \

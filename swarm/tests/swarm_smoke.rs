@@ -2,7 +2,7 @@
 //! with their facts, and a job spread one trial per host completes with every level stored
 //! once. Keeps the stand-in (and the scale bench built on it) from rotting.
 
-mod common;
+use fleetbench_fleetkit::swarm_fleet;
 
 use std::time::Duration;
 
@@ -13,15 +13,15 @@ const AGENTS: usize = 50;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_stand_ins_register_and_a_job_spread_over_them_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let ctl = common::controller(dir.path(), "500ms", "");
+    let ctl = swarm_fleet::controller(dir.path(), "500ms", "");
     // A 4 s start-up: every trial is placed before any host frees up, so each lands on its own.
-    let swarm = common::swarm(dir.path(), ctl.addr, AGENTS, "4s");
-    let mut c = common::client(ctl.addr).await;
-    common::wait_ready(&mut c, AGENTS, Duration::from_secs(60)).await;
+    let swarm = swarm_fleet::swarm(dir.path(), ctl.addr, AGENTS, "4s");
+    let mut c = swarm_fleet::client(ctl.addr).await;
+    swarm_fleet::wait_ready(&mut c, AGENTS, Duration::from_secs(60)).await;
 
-    let spec = common::spread_spec(AGENTS, 0.05);
-    let id = common::submit(&mut c, &spec).await;
-    let job = common::wait_job(
+    let spec = swarm_fleet::spread_spec(AGENTS, 0.05);
+    let id = swarm_fleet::submit(&mut c, &spec).await;
+    let job = swarm_fleet::wait_job(
         &mut c,
         &id,
         Duration::from_secs(90),
@@ -37,7 +37,7 @@ async fn fifty_stand_ins_register_and_a_job_spread_over_them_completes() {
     );
     assert_eq!(job.trials_total, AGENTS as u32);
     assert_eq!(job.levels_done, job.levels_total);
-    let (levels, hosts) = common::levels_and_hosts(&mut c, &id).await;
+    let (levels, hosts) = swarm_fleet::levels_and_hosts(&mut c, &id).await;
     assert_eq!(levels, 2 * AGENTS, "every level stored once");
     assert_eq!(hosts, AGENTS, "one trial per stand-in");
 }
@@ -49,13 +49,14 @@ async fn fifty_stand_ins_register_and_a_job_spread_over_them_completes() {
 async fn agents_without_watch_engine_are_polled_and_a_frozen_one_is_found_out() {
     const OLD: usize = 5;
     let dir = tempfile::tempdir().unwrap();
-    let ctl = common::controller(dir.path(), "500ms", "");
-    let swarm = common::swarm_with(dir.path(), ctl.addr, OLD, "1s", &["--without-watch-engine"]);
-    let mut c = common::client(ctl.addr).await;
-    common::wait_ready(&mut c, OLD, Duration::from_secs(60)).await;
+    let ctl = swarm_fleet::controller(dir.path(), "500ms", "");
+    let swarm =
+        swarm_fleet::swarm_with(dir.path(), ctl.addr, OLD, "1s", &["--without-watch-engine"]);
+    let mut c = swarm_fleet::client(ctl.addr).await;
+    swarm_fleet::wait_ready(&mut c, OLD, Duration::from_secs(60)).await;
     // Still ready after several intervals: the polls answer.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    common::wait_ready(&mut c, OLD, Duration::from_secs(1)).await;
+    swarm_fleet::wait_ready(&mut c, OLD, Duration::from_secs(1)).await;
 
     let pid = swarm.child.id().to_string();
     let signal = |s: &str| {
@@ -92,5 +93,5 @@ async fn agents_without_watch_engine_are_polled_and_a_frozen_one_is_found_out() 
             "a polled agent's error: {e}"
         );
     }
-    common::wait_ready(&mut c, OLD, Duration::from_secs(30)).await;
+    swarm_fleet::wait_ready(&mut c, OLD, Duration::from_secs(30)).await;
 }

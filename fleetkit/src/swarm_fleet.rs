@@ -1,7 +1,6 @@
 //! A controller process and a swarm of stand-ins, shared by the smoke test and the scale bench:
 //! start both, wait (bounded) until every stand-in is ready in the controller's inventory,
 //! submit a job whose trials spread one per host, wait (bounded, with progress) for its end.
-#![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

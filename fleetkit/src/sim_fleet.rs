@@ -1,7 +1,6 @@
 //! A fleet for suite and tuning tests and benchmarks: agent processes on loopback and an
 //! embedded controller in this process (its store and metrics readable), plus the suite
 //! text the regression detection checks run.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::time::Duration;
