@@ -29,7 +29,7 @@ use fleetbench_proto::controllerpb::{
 };
 
 use fleetbench_stats::contrast::{Contrast, Design};
-use fleetbench_stats::decide::{LevelTest, compare_family_with_history};
+use fleetbench_stats::decide::{LevelCall, LevelTest, Tested, compare_family_with_history};
 
 use design::{Plan, Point, Side};
 use fleetbench_spec::{Order, level_label};
@@ -287,10 +287,6 @@ fn test_groups(
         .count() as u32;
     for ((i, _), call) in tested.iter().zip(&calls) {
         let g = &mut out.groups[*i];
-        let through = match &plans[*i] {
-            Some(Plan::Referenced { reference, .. }) => format!(" (relative to {reference})"),
-            _ => String::new(),
-        };
         match call.test {
             LevelTest::NoSpread => {
                 g.verdict = format!(
@@ -299,81 +295,97 @@ fn test_groups(
                 );
             }
             LevelTest::Tested(t) => {
-                let pct = |x: f64| (x - 1.0) * 100.0;
-                g.tested = true;
-                g.p_value = call.p;
-                g.p_adjusted = call.p_adjusted;
-                g.effect_pct = pct(t.ratio);
-                g.effect_low_pct = pct(t.low);
-                g.effect_high_pct = pct(t.high);
-                g.margin_pct = g.effect_pct;
-                g.mde_pct = t.mde().map(|m| m * 100.0);
-                g.margin_significant = call.significant;
-                g.test = t.contrast.kind.words().to_string();
-                g.df = t.df;
-                g.moderated = t.prior_d0.is_some();
-                g.history_levels = t.prior_history as u32;
-                g.interval_confidence = t.confidence;
-                let ci = format!(
-                    "{:+.1}% [{:+.1}% .. {:+.1}%]{through}",
-                    g.effect_pct, g.effect_low_pct, g.effect_high_pct
-                );
-                let how = format!(
-                    "{}, {:.1} df{}; interval at {:.2}%, Holm's level for this test",
-                    g.test,
-                    t.df,
-                    if g.moderated && t.prior_history > 0 {
-                        format!(
-                            ", variance moderated over {} levels ({} of earlier jobs)",
-                            t.prior_features, t.prior_history
-                        )
-                    } else if g.moderated {
-                        format!(", variance moderated over {} levels", t.prior_features)
-                    } else {
-                        String::new()
-                    },
-                    t.confidence * 100.0
-                );
-                let mde = g
-                    .mde_pct
-                    .map(|m| format!(", detectable {m:.1}%"))
-                    .unwrap_or_default();
-                g.verdict = if call.significant {
-                    format!(
-                        "{} wins by {ci}, significant (p {:.3}, Holm {:.3}{mde}; {how})",
-                        g.winner_config, call.p, call.p_adjusted
-                    )
-                } else {
-                    format!(
-                        "{} vs {}: {ci}, not significant (p {:.3}, Holm {:.3}{mde}; {how})",
-                        g.winner_config, g.runner_up_config, call.p, call.p_adjusted
-                    )
+                let through = match &plans[*i] {
+                    Some(Plan::Referenced { reference, .. }) => {
+                        format!(" (relative to {reference})")
+                    }
+                    _ => String::new(),
                 };
+                write_tested(g, call, &t, &through);
             }
         }
     }
     for (g, plan) in out.groups.iter_mut().zip(plans) {
-        if let Some(Plan::Refused(why)) = plan {
-            g.verdict = format!(
-                "{} vs {}: {:+.1}%, untested: {why}",
-                g.winner_config, g.runner_up_config, g.margin_pct
-            );
-        }
-        let why: Vec<String> = g
-            .configs
-            .iter()
-            .filter(|c| !c.excluded_reason.is_empty())
-            .map(|c| format!("{} cannot win: {}", c.config_name, c.excluded_reason))
-            .collect();
-        if g.verdict.is_empty() {
-            g.verdict = match g.winner_config.is_empty() {
-                true => "no config may win this level".to_string(),
-                false => format!("{} is the only config that may win", g.winner_config),
-            };
-        }
-        if !why.is_empty() {
-            g.verdict = format!("{}; {}", g.verdict, why.join("; "));
-        }
+        write_untested(g, plan.as_ref());
+    }
+}
+
+/// A tested level's figures and its verdict: the effect, the interval at Holm's level for
+/// this test, the test with its degrees of freedom and what moderated its variance.
+fn write_tested(g: &mut CompareGroup, call: &LevelCall, t: &Tested, through: &str) {
+    let pct = |x: f64| (x - 1.0) * 100.0;
+    g.tested = true;
+    g.p_value = call.p;
+    g.p_adjusted = call.p_adjusted;
+    g.effect_pct = pct(t.ratio);
+    g.effect_low_pct = pct(t.low);
+    g.effect_high_pct = pct(t.high);
+    g.margin_pct = g.effect_pct;
+    g.mde_pct = t.mde().map(|m| m * 100.0);
+    g.margin_significant = call.significant;
+    g.test = t.contrast.kind.words().to_string();
+    g.df = t.df;
+    g.moderated = t.prior_d0.is_some();
+    g.history_levels = t.prior_history as u32;
+    g.interval_confidence = t.confidence;
+    let ci = format!(
+        "{:+.1}% [{:+.1}% .. {:+.1}%]{through}",
+        g.effect_pct, g.effect_low_pct, g.effect_high_pct
+    );
+    let moderated = match (g.moderated, t.prior_history) {
+        (true, 0) => format!(", variance moderated over {} levels", t.prior_features),
+        (true, h) => format!(
+            ", variance moderated over {} levels ({h} of earlier jobs)",
+            t.prior_features
+        ),
+        (false, _) => String::new(),
+    };
+    let how = format!(
+        "{}, {:.1} df{moderated}; interval at {:.2}%, Holm's level for this test",
+        g.test,
+        t.df,
+        t.confidence * 100.0
+    );
+    let mde = g
+        .mde_pct
+        .map(|m| format!(", detectable {m:.1}%"))
+        .unwrap_or_default();
+    g.verdict = if call.significant {
+        format!(
+            "{} wins by {ci}, significant (p {:.3}, Holm {:.3}{mde}; {how})",
+            g.winner_config, call.p, call.p_adjusted
+        )
+    } else {
+        format!(
+            "{} vs {}: {ci}, not significant (p {:.3}, Holm {:.3}{mde}; {how})",
+            g.winner_config, g.runner_up_config, call.p, call.p_adjusted
+        )
+    };
+}
+
+/// The verdict of a level no test decided (refused, or no config to test against), and, on
+/// every level, why an excluded config could not win.
+fn write_untested(g: &mut CompareGroup, plan: Option<&Plan>) {
+    if let Some(Plan::Refused(why)) = plan {
+        g.verdict = format!(
+            "{} vs {}: {:+.1}%, untested: {why}",
+            g.winner_config, g.runner_up_config, g.margin_pct
+        );
+    }
+    if g.verdict.is_empty() {
+        g.verdict = match g.winner_config.is_empty() {
+            true => "no config may win this level".to_string(),
+            false => format!("{} is the only config that may win", g.winner_config),
+        };
+    }
+    let why: Vec<String> = g
+        .configs
+        .iter()
+        .filter(|c| !c.excluded_reason.is_empty())
+        .map(|c| format!("{} cannot win: {}", c.config_name, c.excluded_reason))
+        .collect();
+    if !why.is_empty() {
+        g.verdict = format!("{}; {}", g.verdict, why.join("; "));
     }
 }
 
