@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use fleetbench_proto::controllerpb::{
-    CompareRequest, GetResultsRequest, JobState, SubmitJobRequest,
+    CompareRequest, CompareResponse, GetResultsRequest, JobState, SubmitJobRequest,
 };
 
 use super::{Client, Proc, wait_job};
@@ -97,22 +97,8 @@ pub async fn check_aa(c: &mut Client, job_id: &str) {
         let result = l.result.as_ref().expect("a stored result");
         assert_eq!((result.completed, result.sent), (16, 16), "{result:?}");
     }
-    let compare = |alpha| {
-        let mut c = c.clone();
-        let job_ids = vec![job_id.to_string()];
-        async move {
-            c.compare(CompareRequest {
-                job_ids,
-                alpha,
-                history_job_ids: Vec::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-        }
-    };
-    let default = compare(0.0).await;
-    let strict = compare(AA_ALPHA).await;
+    let default = compare(c, job_id, 0.0).await;
+    let strict = compare(c, job_id, AA_ALPHA).await;
     for g in &default.groups {
         println!("A/A {} at the default level: {}", g.level_label, g.verdict);
     }
@@ -152,24 +138,10 @@ pub async fn check_levels_and_verdicts(
         assert!(cache.source.contains(cache_counter), "{cache:?}");
     }
 
-    let compare = |alpha| {
-        let mut c = c.clone();
-        let job_ids = vec![job_id.to_string()];
-        async move {
-            c.compare(CompareRequest {
-                job_ids,
-                alpha,
-                history_job_ids: Vec::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-        }
-    };
-    let cmp = compare(0.0).await;
+    let cmp = compare(c, job_id, 0.0).await;
     // At c=1 both configs run one request at a time: a call there at the default level is
     // within its 5% chance (or a small true difference); at AA_ALPHA it is a bias.
-    let strict = compare(AA_ALPHA).await;
+    let strict = compare(c, job_id, AA_ALPHA).await;
     for g in &cmp.groups {
         let tput: Vec<String> = g
             .configs
@@ -208,4 +180,17 @@ pub async fn check_levels_and_verdicts(
         "c=8: {}",
         eight.verdict
     );
+}
+
+/// The job's comparison at `alpha` (0: the default level).
+async fn compare(c: &Client, job_id: &str, alpha: f64) -> CompareResponse {
+    c.clone()
+        .compare(CompareRequest {
+            job_ids: vec![job_id.to_string()],
+            alpha,
+            history_job_ids: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }
