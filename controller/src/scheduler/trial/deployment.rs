@@ -324,20 +324,14 @@ async fn attempt(
         Ok(held) => held,
         Err(failed) => return failed,
     };
-    let mut held = held.into_iter();
-    let router_lease = held.next().expect("a deployment holds the router's lease");
+    let (router_lease, members) = members::split_members(
+        held,
+        leases,
+        |i| format!("replica {i}"),
+        |i| format!("{run_id}-p{i}"),
+    );
     let replicas = Replicas {
-        replicas: held
-            .zip(leases.iter().skip(1))
-            .enumerate()
-            .map(|(i, (lease, l))| Member {
-                label: format!("replica {i}"),
-                host: l.host.clone(),
-                client: l.client.clone(),
-                lease,
-                run_id: format!("{run_id}-p{i}"),
-            })
-            .collect(),
+        replicas: members,
         workers: Mutex::new(Vec::new()),
         lost: Mutex::new(None),
         blame: Mutex::new(None),
@@ -377,9 +371,6 @@ async fn attempt(
     let blame = replicas.blame.lock().expect("deployment lock").unwrap_or(0);
     // Releasing a lease stops its engine: the router and every replica, at once.
     let Replicas { replicas: rest, .. } = replicas;
-    let releases = std::iter::once(router_lease)
-        .chain(rest.into_iter().map(|m| m.lease))
-        .map(AgentLease::release);
-    futures::future::join_all(releases).await;
+    members::release_all(router_lease, rest).await;
     (blame, outcome)
 }

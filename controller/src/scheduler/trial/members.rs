@@ -135,6 +135,40 @@ pub(super) async fn acquire_each(
     ))
 }
 
+/// The leases [`acquire_each`] returned, split into the group's first host's (the router's,
+/// rank 0's) and the other members, the `i`-th of them (from 0) named `label(i)` with the run
+/// id `run_id(i)`.
+pub(super) fn split_members(
+    held: Vec<AgentLease>,
+    leases: &[Lease],
+    label: impl Fn(usize) -> String,
+    run_id: impl Fn(usize) -> String,
+) -> (AgentLease, Vec<Member>) {
+    let mut held = held.into_iter();
+    let first = held.next().expect("a group holds its first host's lease");
+    let members = held
+        .zip(leases.iter().skip(1))
+        .enumerate()
+        .map(|(i, (lease, l))| Member {
+            label: label(i),
+            host: l.host.clone(),
+            client: l.client.clone(),
+            lease,
+            run_id: run_id(i),
+        })
+        .collect();
+    (first, members)
+}
+
+/// Releases the first host's lease and every member's at once; releasing a lease stops its
+/// engine.
+pub(super) async fn release_all(first: AgentLease, members: Vec<Member>) {
+    let releases = std::iter::once(first)
+        .chain(members.into_iter().map(|m| m.lease))
+        .map(AgentLease::release);
+    futures::future::join_all(releases).await;
+}
+
 /// Starts `m`'s engine from `spec`, relaying its events to the job's watchers; resolves when
 /// it is ready (with what it said) or failed.
 pub(super) async fn start_member(

@@ -301,22 +301,16 @@ async fn attempt(
         Ok(held) => held,
         Err(failed) => return failed,
     };
-    let mut held = held.into_iter();
-    let lease0 = held.next().expect("a gang holds rank 0's lease");
+    let (lease0, others) = members::split_members(
+        held,
+        leases,
+        |i| format!("rank {}", i + 1),
+        |i| rank_run_id(run_id, i as u32 + 1),
+    );
     let ranks = Ranks {
         nnodes: n as u32,
         dist_init_addr: dist_init_addr.clone(),
-        ranks: held
-            .zip(leases.iter().skip(1))
-            .enumerate()
-            .map(|(i, (lease, l))| Member {
-                label: format!("rank {}", i + 1),
-                host: l.host.clone(),
-                client: l.client.clone(),
-                lease,
-                run_id: rank_run_id(run_id, i as u32 + 1),
-            })
-            .collect(),
+        ranks: others,
         lost: Mutex::new(None),
         blame: Mutex::new(None),
     };
@@ -350,9 +344,6 @@ async fn attempt(
     let blame = ranks.blame.lock().expect("gang lock").unwrap_or(0);
     // Releasing a lease stops its rank's engine: every rank, at once.
     let Ranks { ranks: others, .. } = ranks;
-    let releases = std::iter::once(lease0)
-        .chain(others.into_iter().map(|r| r.lease))
-        .map(AgentLease::release);
-    futures::future::join_all(releases).await;
+    members::release_all(lease0, others).await;
     (blame, outcome)
 }
