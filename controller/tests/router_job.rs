@@ -44,6 +44,11 @@ const OUTPUT_LEN: u32 = 8;
 const STEP: f64 = (INPUT_LEN + OUTPUT_LEN) as f64;
 const SESSIONS: u32 = 3;
 
+/// Every agent of the deployment, the router's first.
+fn members<'a>(router: &'a Proc, replicas: &'a [Proc]) -> Vec<&'a Proc> {
+    std::iter::once(router).chain(replicas).collect()
+}
+
 /// The router's agent (`rt`, profile `router`, allowlisting both replicas) and the replicas'
 /// (`p1`, `p2`, profile `llamacpp` each on a port of its own); `p2`'s program exits at once
 /// when `broken_p2`.
@@ -235,8 +240,7 @@ fn check_level(policy: &str, l: &LevelResult) {
 async fn cache_aware_routing_beats_round_robin_by_verdict_with_per_replica_truth() {
     let dir = tempfile::tempdir().unwrap();
     let (router, replicas) = deployment_agents(dir.path(), false);
-    let mut agents: Vec<&Proc> = vec![&router];
-    agents.extend(replicas.iter());
+    let agents = members(&router, &replicas);
     let ctl = start_local(local_config(dir.path(), &agents)).await;
     let mut c = client(ctl.addr).await;
     let began = Instant::now();
@@ -350,8 +354,7 @@ async fn cache_aware_routing_beats_round_robin_by_verdict_with_per_replica_truth
 async fn a_replica_lost_mid_level_marks_the_level_and_leaves_nothing_running() {
     let dir = tempfile::tempdir().unwrap();
     let (router, replicas) = deployment_agents(dir.path(), false);
-    let mut agents: Vec<&Proc> = vec![&router];
-    agents.extend(replicas.iter());
+    let agents = members(&router, &replicas);
     let ctl = start_local(local_config(dir.path(), &agents)).await;
     let mut c = client(ctl.addr).await;
     let id = submit_trials(&mut c, spec(1, false, "1, 2"), "routing.toml", 1).await;
@@ -411,8 +414,7 @@ async fn a_replica_lost_mid_level_marks_the_level_and_leaves_nothing_running() {
 async fn a_replica_that_cannot_start_leaves_nothing_running_and_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let (router, replicas) = deployment_agents(dir.path(), true);
-    let mut agents: Vec<&Proc> = vec![&router];
-    agents.extend(replicas.iter());
+    let agents = members(&router, &replicas);
     let ctl = start_local(local_config(dir.path(), &agents)).await;
     let mut c = client(ctl.addr).await;
     let id = submit_trials(&mut c, spec(1, false, "1"), "routing.toml", 1).await;
