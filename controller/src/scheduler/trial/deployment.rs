@@ -29,7 +29,6 @@ use fleetbench_proto::agentpb::{
 };
 use fleetbench_proto::controllerpb::TrialState;
 use futures::StreamExt;
-use tracing::Instrument;
 
 use super::members::{self, Member};
 use super::*;
@@ -291,24 +290,10 @@ fn worker_url(ctx: &Ctx, host: &str, base_url: &str) -> String {
     format!("http://{}:{port}", members::address_host(&address))
 }
 
-/// Runs one attempt of a deployment `trial` on `leases` (the router's host first). Returns the
-/// host to blame for the outcome (the router's unless a replica's ended it) with the outcome.
-pub(super) async fn run(
-    ctx: &Ctx,
-    spec: &JobSpec,
-    trial: &TrialRow,
-    leases: Vec<Lease>,
-    cancel: CancellationToken,
-) -> (String, TrialOutcome) {
-    let run_id = format!("{}-a{}", trial.id, trial.attempts);
-    let span = members::group_span(trial, &run_id, &leases, "deployment");
-    let (blame, outcome) = attempt(ctx, spec, trial, &leases, &run_id, cancel)
-        .instrument(span)
-        .await;
-    (members::settle(leases, blame, &outcome), outcome)
-}
-
-async fn attempt(
+/// One attempt of a deployment `trial` on `leases` (the router's host first), run by
+/// `members::run_group`. Returns the index of the host to blame for the outcome (the router's
+/// unless a replica's ended it) with the outcome.
+pub(super) async fn attempt(
     ctx: &Ctx,
     spec: &JobSpec,
     trial: &TrialRow,

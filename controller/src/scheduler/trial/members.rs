@@ -47,6 +47,21 @@ pub(super) fn group_span(
     )
 }
 
+/// One attempt of a group `trial` (a gang, a deployment) on `leases`, in the group's span:
+/// `attempt(leases, run_id)` returns the index of the host to blame with the outcome; that
+/// host's name is returned and every other lease given back ([`settle`]).
+pub(super) async fn run_group(
+    trial: &TrialRow,
+    leases: Vec<Lease>,
+    group: &'static str,
+    attempt: impl AsyncFnOnce(&[Lease], &str) -> (usize, TrialOutcome),
+) -> (String, TrialOutcome) {
+    let run_id = format!("{}-a{}", trial.id, trial.attempts);
+    let span = group_span(trial, &run_id, &leases, group);
+    let (blame, outcome) = attempt(&leases, &run_id).instrument(span).await;
+    (settle(leases, blame, &outcome), outcome)
+}
+
 /// After a group's attempt: the host to blame (`blame` indexes `leases`), marked unreachable
 /// when the outcome says it was lost; every other host is given back.
 pub(super) fn settle(mut leases: Vec<Lease>, blame: usize, outcome: &TrialOutcome) -> String {

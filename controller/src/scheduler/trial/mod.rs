@@ -159,10 +159,16 @@ pub(crate) async fn run_placed(
     cancel: CancellationToken,
 ) -> (String, TrialOutcome) {
     if deployment::hosts(spec, trial) > 0 {
-        return deployment::run(ctx, spec, trial, leases, cancel).await;
+        return members::run_group(trial, leases, "deployment", async |l, id| {
+            deployment::attempt(ctx, spec, trial, l, id, cancel).await
+        })
+        .await;
     }
     if gang::nodes(spec, trial) > 1 {
-        return gang::run(ctx, spec, trial, leases, cancel).await;
+        return members::run_group(trial, leases, "gang", async |l, id| {
+            gang::attempt(ctx, spec, trial, l, id, cancel).await
+        })
+        .await;
     }
     assert!(!leases.is_empty(), "a trial is placed on one host at least");
     let lease = leases.remove(0);

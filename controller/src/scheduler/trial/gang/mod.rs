@@ -36,7 +36,6 @@ use fleetbench_proto::agentpb::{
 };
 use fleetbench_proto::controllerpb::TrialState;
 use futures::StreamExt;
-use tracing::Instrument;
 
 use super::members::{self, Member};
 use super::*;
@@ -243,24 +242,10 @@ fn rank_run_id(run_id: &str, rank: u32) -> String {
     format!("{run_id}-r{rank}")
 }
 
-/// Runs one attempt of a gang `trial` on `leases` (rank order; rank 0 first). Returns the host
-/// to blame for the outcome (rank 0's unless another rank's ended it) with the outcome.
-pub(super) async fn run(
-    ctx: &Ctx,
-    spec: &JobSpec,
-    trial: &TrialRow,
-    leases: Vec<Lease>,
-    cancel: CancellationToken,
-) -> (String, TrialOutcome) {
-    let run_id = format!("{}-a{}", trial.id, trial.attempts);
-    let span = members::group_span(trial, &run_id, &leases, "gang");
-    let (blame, outcome) = attempt(ctx, spec, trial, &leases, &run_id, cancel)
-        .instrument(span)
-        .await;
-    (members::settle(leases, blame, &outcome), outcome)
-}
-
-async fn attempt(
+/// One attempt of a gang `trial` on `leases` (rank order; rank 0 first), run by
+/// `members::run_group`. Returns the index of the host to blame for the outcome (rank 0's
+/// unless another rank's ended it) with the outcome.
+pub(super) async fn attempt(
     ctx: &Ctx,
     spec: &JobSpec,
     trial: &TrialRow,
