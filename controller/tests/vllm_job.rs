@@ -29,6 +29,9 @@ use common::*;
 
 /// A real agent whose `vllm` profile starts vLLM's CPU build (prefix-cache reset on: dev mode),
 /// and an in-process controller that knows it.
+/// The profile does not ask vLLM for its `--help=all` (`help_args = []`): reading it imports
+/// torch and vLLM, about 20 s of every rig here, and it is `agent/tests/vllm.rs`'s subject; the
+/// flags these jobs set are in the built-in tables.
 struct Rig {
     agent: Proc,
     ctl: fleetbench_controller::ControllerHandle,
@@ -51,7 +54,7 @@ async fn rig() -> Rig {
     let agent_toml = format!(
         "name = \"h1\"\nlisten = \"127.0.0.1:0\"\ninsecure = true\ndata_dir = {data:?}\n\
          [profiles.vllm]\nkind = \"vllm\"\nprogram = {:?}\nmodels = [{:?}]\nport = {port}\n\
-         start_timeout_s = 300\nrun_as_root = true\n\
+         start_timeout_s = 300\nrun_as_root = true\nhelp_args = []\n\
          args = [\"serve\", \"{{model}}\", \"--host\", \"{{host}}\", \"--port\", \"{{port}}\", \
          \"--dtype\", \"bfloat16\", \"--max-model-len\", \"512\", \"--enforce-eager\", \
          \"--distributed-executor-backend\", \"uni\"]\nenv = {{ {env} }}\n",
