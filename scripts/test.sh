@@ -19,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-log() { printf '\n== %s\n' "$*"; }
+# Each step's line carries the seconds since the start: CI's log then says where its time went.
+log() { printf '\n== [%s s] %s\n' "$SECONDS" "$*"; }
 
 # --- Rust toolchain ---------------------------------------------------------------------------
 # rust-toolchain.toml pins 1.95.0. A machine whose one toolchain is that release under the name
@@ -309,4 +310,5 @@ if [ "${FLEETBENCH_SKIP_LINT:-0}" != 1 ]; then
   log "cargo clippy"
   cargo clippy --workspace --all-targets --locked -- -D warnings || status=1
 fi
+log "done (exit status $status)"
 exit $status
