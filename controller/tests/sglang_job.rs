@@ -22,9 +22,11 @@ use common::*;
 
 /// A real agent whose `sglang` profile starts SGLang on the CPU (with the kernel-helper
 /// stand-in), and an in-process controller that knows it.
+///
 /// The profile does not ask SGLang for its `--help` (`help_args = []`): reading it imports
-/// torch and SGLang, about 24 s of every rig here, and it is `agent/tests/sglang.rs`'s subject;
-/// the flags these jobs set are in the built-in tables.
+/// torch and SGLang, 21 s of every rig here (the suite test's first run: 66 s with it, 45 s
+/// without), and it is `agent/tests/sglang.rs`'s subject; the flags these jobs set are in the
+/// built-in tables.
 struct Rig {
     agent: Proc,
     ctl: fleetbench_controller::ControllerHandle,

@@ -29,9 +29,10 @@ use common::*;
 
 /// A real agent whose `vllm` profile starts vLLM's CPU build (prefix-cache reset on: dev mode),
 /// and an in-process controller that knows it.
+///
 /// The profile does not ask vLLM for its `--help=all` (`help_args = []`): reading it imports
-/// torch and vLLM, about 20 s of every rig here, and it is `agent/tests/vllm.rs`'s subject; the
-/// flags these jobs set are in the built-in tables.
+/// torch and vLLM (about 15 s, `reference/engines-cpu.md`) in every rig here, and it is
+/// `agent/tests/vllm.rs`'s subject; the flags these jobs set are in the built-in tables.
 struct Rig {
     agent: Proc,
     ctl: fleetbench_controller::ControllerHandle,
